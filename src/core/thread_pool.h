@@ -1,0 +1,56 @@
+// A small fork-join pool for the kernels. Decode runs a few hundred parallel regions per token,
+// each a few microseconds long, so workers spin briefly on an atomic generation counter before
+// they sleep; waking through a condition variable alone would cost more than the work.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace rkv {
+
+class ThreadPool {
+ public:
+  // n_threads counts the calling thread: ThreadPool(1) runs everything inline.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Calls fn(task) for every task in [0, n_tasks), spread over the threads; returns when all
+  // are done. Tasks are handed out dynamically, so uneven tasks balance themselves. Not
+  // re-entrant: fn must not call parallel_for on the same pool.
+  void parallel_for(std::size_t n_tasks, const std::function<void(std::size_t)>& fn);
+
+  // Splits [0, n) into about `chunks_per_thread * size()` contiguous ranges whose boundaries are
+  // multiples of `align` and calls fn(begin, end) for each.
+  void parallel_ranges(std::size_t n, std::size_t align,
+                       const std::function<void(std::size_t, std::size_t)>& fn,
+                       int chunks_per_thread = 1);
+
+ private:
+  void worker_loop(int index);
+  void run_tasks();
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<std::size_t> next_task_{0};
+  std::atomic<int> pending_workers_{0};
+  std::size_t n_tasks_ = 0;
+  const std::function<void(std::size_t)>* fn_ = nullptr;
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+};
+
+// Number of hardware threads, at least 1.
+int default_thread_count();
+
+}  // namespace rkv

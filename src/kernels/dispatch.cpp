@@ -1,0 +1,96 @@
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+
+namespace rkv::kernels {
+
+// Defined in the per-ISA translation units (matmul_avx2.cpp, ...). Weak so that a build without
+// one of them still links; matmul_rows_for() then reports it missing.
+MatmulRowsFn matmul_rows_avx2_fn() __attribute__((weak));
+MatmulRowsFn matmul_rows_avx512_fn() __attribute__((weak));
+MatmulRowsFn matmul_rows_avx512bf16_fn() __attribute__((weak));
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Reference:
+      return "reference";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
+    case Isa::Avx512Bf16:
+      return "avx512bf16";
+  }
+  return "?";
+}
+
+MatmulRowsFn matmul_rows_for(Isa isa) {
+  switch (isa) {
+    case Isa::Reference:
+      return &matmul_rows_reference;
+    case Isa::Avx2:
+      return matmul_rows_avx2_fn ? matmul_rows_avx2_fn() : nullptr;
+    case Isa::Avx512:
+      return matmul_rows_avx512_fn ? matmul_rows_avx512_fn() : nullptr;
+    case Isa::Avx512Bf16:
+      return matmul_rows_avx512bf16_fn ? matmul_rows_avx512bf16_fn() : nullptr;
+  }
+  return nullptr;
+}
+
+bool isa_supported(Isa isa) {
+  if (matmul_rows_for(isa) == nullptr) return false;
+#if defined(__x86_64__)
+  switch (isa) {
+    case Isa::Reference:
+      return true;
+    case Isa::Avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+    case Isa::Avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    case Isa::Avx512Bf16:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512bf16");
+  }
+  return false;
+#else
+  return isa == Isa::Reference;
+#endif
+}
+
+static Isa choose_isa() {
+  if (const char* forced = std::getenv("RKV_ISA"); forced != nullptr && *forced != '\0') {
+    const std::string name(forced);
+    for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
+      if (name == isa_name(isa)) {
+        if (!isa_supported(isa)) throw Error("RKV_ISA=" + name + " is not supported on this CPU");
+        return isa;
+      }
+    }
+    throw Error("RKV_ISA=" + name + ": expected reference, avx2, avx512 or avx512bf16");
+  }
+  for (Isa isa : {Isa::Avx512Bf16, Isa::Avx512, Isa::Avx2}) {
+    if (isa_supported(isa)) return isa;
+  }
+  return Isa::Reference;
+}
+
+Isa active_isa() {
+  static const Isa isa = choose_isa();
+  return isa;
+}
+
+void matmul(const float* x, std::size_t T, const WeightView& w, float* y, ThreadPool& pool) {
+  static const MatmulRowsFn rows_fn = matmul_rows_for(active_isa());
+  const std::size_t N = w.rows;
+  // Split the output rows: every thread streams its own slice of the weights once.
+  pool.parallel_ranges(N, 16, [&](std::size_t n0, std::size_t n1) { rows_fn(x, T, w, n0, n1, y, N); },
+                       4);
+}
+
+}  // namespace rkv::kernels

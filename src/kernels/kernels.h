@@ -1,0 +1,47 @@
+// The narrow kernel interface (DESIGN.md property 6). Everything above this header calls these
+// functions and never knows which instruction set runs them: dispatch.cpp picks, once, the best
+// implementation the CPU supports (AVX512-BF16, AVX-512, AVX2, or the portable reference), and
+// RKV_ISA=reference|avx2|avx512|avx512bf16 forces one (for parity tests and benchmarks).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace rkv::kernels {
+
+// A row-major weight matrix of `rows` x `cols` elements of type `dtype` (a Linear layer's
+// [out_features][in_features]), used in place from the memory-mapped checkpoint.
+struct WeightView {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+};
+
+// y[t][n] = sum_k x[t][k] * w[n][k] for t < T, n < w.rows.
+// x: [T][w.cols] f32, y: [T][w.rows] f32. Accumulation is float32 (or better).
+void matmul(const float* x, std::size_t T, const WeightView& w, float* y, ThreadPool& pool);
+
+// One instruction set's implementation of matmul for the output rows [n0, n1): the unit that
+// dispatch splits across threads. ldy is y's row stride.
+using MatmulRowsFn = void (*)(const float* x, std::size_t T, const WeightView& w, std::size_t n0,
+                              std::size_t n1, float* y, std::size_t ldy);
+
+enum class Isa { Reference, Avx2, Avx512, Avx512Bf16 };
+std::string_view isa_name(Isa isa);
+// The instruction set used by matmul (best supported, or RKV_ISA).
+Isa active_isa();
+// Whether this CPU (and build) can run `isa`.
+bool isa_supported(Isa isa);
+// The row kernel for one instruction set (nullptr where this build has none).
+MatmulRowsFn matmul_rows_for(Isa isa);
+
+// Portable reference implementation, the ground truth of the parity tests.
+void matmul_rows_reference(const float* x, std::size_t T, const WeightView& w, std::size_t n0,
+                           std::size_t n1, float* y, std::size_t ldy);
+
+}  // namespace rkv::kernels
