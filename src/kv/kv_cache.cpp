@@ -1,0 +1,117 @@
+#include "kv/kv_cache.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+
+namespace rkv {
+
+KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
+  if (shape.layers <= 0 || shape.kv_heads <= 0 || shape.head_dim <= 0 || shape.capacity <= 0 ||
+      shape.window < 0 || shape.q_heads <= 0)
+    throw Error("invalid KV cache shape");
+  const std::size_t entries =
+      static_cast<std::size_t>(shape.layers) * shape.kv_heads * shape.capacity;
+  keys_.resize(entries * shape.head_dim);
+  values_.resize(entries * shape.head_dim);
+  positions_.resize(entries);
+  state_.resize(entries);
+  lengths_.assign(static_cast<std::size_t>(shape.layers), 0);
+  ring_.resize(static_cast<std::size_t>(shape.layers) * shape.window * shape.q_heads * shape.head_dim);
+  ring_count_.assign(static_cast<std::size_t>(shape.layers), 0);
+  ring_next_.assign(static_cast<std::size_t>(shape.layers), 0);
+}
+
+void KvCache::append(int layer, const float* k, const float* v, std::int32_t position,
+                     float initial_state) {
+  int& len = lengths_[static_cast<std::size_t>(layer)];
+  if (len >= shape_.capacity)
+    throw Error("KV cache is full (" + std::to_string(shape_.capacity) +
+                " entries per head): raise the context size or use a compression method");
+  const std::size_t d = stride();
+  for (int h = 0; h < shape_.kv_heads; ++h) {
+    std::memcpy(keys(layer, h) + static_cast<std::size_t>(len) * d, k + h * d, d * sizeof(float));
+    std::memcpy(values(layer, h) + static_cast<std::size_t>(len) * d, v + h * d, d * sizeof(float));
+    positions(layer, h)[len] = position;
+    state(layer, h)[len] = initial_state;
+  }
+  ++len;
+}
+
+void KvCache::compact(int layer, const std::vector<std::vector<std::int32_t>>& kept,
+                      const std::vector<std::vector<float>>& new_state) {
+  if (static_cast<int>(kept.size()) != shape_.kv_heads)
+    throw Error("compaction: expected one kept list per KV head");
+  const int len = length(layer);
+  const std::size_t n_keep = kept[0].size();
+  const std::size_t d = stride();
+  for (int h = 0; h < shape_.kv_heads; ++h) {
+    const auto& idx = kept[static_cast<std::size_t>(h)];
+    if (idx.size() != n_keep) throw Error("compaction: every KV head must keep the same count");
+    float* K = keys(layer, h);
+    float* V = values(layer, h);
+    std::int32_t* P = positions(layer, h);
+    float* S = state(layer, h);
+    // Ascending indices let us move entries down in place: destination i <= source idx[i].
+    for (std::size_t i = 0; i < n_keep; ++i) {
+      const std::int32_t src = idx[i];
+      if (src < 0 || src >= len || (i > 0 && src <= idx[i - 1]))
+        throw Error("compaction: kept indices must be ascending and inside the cache");
+      if (static_cast<std::size_t>(src) != i) {
+        std::memcpy(K + i * d, K + static_cast<std::size_t>(src) * d, d * sizeof(float));
+        std::memcpy(V + i * d, V + static_cast<std::size_t>(src) * d, d * sizeof(float));
+        P[i] = P[src];
+        S[i] = S[src];
+      }
+    }
+    if (!new_state.empty()) {
+      const auto& st = new_state[static_cast<std::size_t>(h)];
+      if (st.size() != n_keep) throw Error("compaction: new state must match the kept count");
+      std::copy(st.begin(), st.end(), S);
+    }
+  }
+  lengths_[static_cast<std::size_t>(layer)] = static_cast<int>(n_keep);
+}
+
+void KvCache::push_query(int layer, const float* q) {
+  if (shape_.window == 0) return;
+  const std::size_t per = static_cast<std::size_t>(shape_.q_heads) * shape_.head_dim;
+  const std::size_t l = static_cast<std::size_t>(layer);
+  float* slot = ring_.data() + (l * shape_.window + ring_next_[l]) * per;
+  std::memcpy(slot, q, per * sizeof(float));
+  ring_next_[l] = (ring_next_[l] + 1) % shape_.window;
+  ring_count_[l] = std::min(ring_count_[l] + 1, shape_.window);
+}
+
+void KvCache::window_queries(int layer, std::vector<float>& out) const {
+  const std::size_t l = static_cast<std::size_t>(layer);
+  const int count = ring_count_[l];
+  const std::size_t d = stride();
+  const std::size_t per = static_cast<std::size_t>(shape_.q_heads) * d;
+  out.resize(static_cast<std::size_t>(count) * per);
+  const int oldest = (ring_next_[l] - count + shape_.window) % std::max(1, shape_.window);
+  for (int w = 0; w < count; ++w) {
+    const float* slot = ring_.data() + (l * shape_.window + (oldest + w) % shape_.window) * per;
+    for (int h = 0; h < shape_.q_heads; ++h)
+      std::memcpy(out.data() + (static_cast<std::size_t>(h) * count + w) * d, slot + h * d,
+                  d * sizeof(float));
+  }
+}
+
+void KvCache::clear() {
+  std::fill(lengths_.begin(), lengths_.end(), 0);
+  std::fill(ring_count_.begin(), ring_count_.end(), 0);
+  std::fill(ring_next_.begin(), ring_next_.end(), 0);
+}
+
+std::size_t KvCache::allocated_kv_bytes() const { return (keys_.size() + values_.size()) * sizeof(float); }
+
+std::size_t KvCache::used_kv_bytes() const {
+  std::size_t entries = 0;
+  for (int len : lengths_) entries += static_cast<std::size_t>(len);
+  return entries * 2 * static_cast<std::size_t>(shape_.kv_heads) * shape_.head_dim * sizeof(float);
+}
+
+}  // namespace rkv

@@ -1,0 +1,96 @@
+// A decoder-only transformer of the Llama / Qwen2 / Qwen3 families, loaded from a Hugging Face
+// checkpoint directory, with a batch-first forward pass over per-sequence KV caches.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+#include "kv/kv_cache.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+namespace rkv {
+
+struct LayerWeights {
+  kernels::WeightView q, k, v, o, gate, up, down;  // [out][in], used in place
+  std::vector<float> q_bias, k_bias, v_bias;        // Qwen2 (empty otherwise)
+  std::vector<float> input_norm, post_norm;         // [hidden]
+  std::vector<float> q_norm, k_norm;                // [head_dim], Qwen3 (empty otherwise)
+};
+
+// One token of one sequence in a forward pass. Rows of the same sequence must be consecutive,
+// with increasing positions; each row attends to everything its cache holds before it plus the
+// earlier rows of its own sequence in this pass (causal). `position` is the token's true
+// position in its sequence (never the cache length: ALGORITHMS.md 1.4).
+struct ForwardRow {
+  KvCache* cache = nullptr;
+  std::int32_t token = 0;
+  std::int32_t position = 0;
+  bool want_logits = false;
+};
+
+// Callbacks into the forward pass (observers, not forks: DESIGN.md). All are optional.
+class ForwardObserver {
+ public:
+  virtual ~ForwardObserver() = default;
+  // Called for every layer after the rows' keys/values have been appended to their caches and
+  // their queries pushed into the query rings, before attention reads the caches: the point
+  // where decode-time compression plugs in (ALGORITHMS.md 1, trigger).
+  virtual void after_kv_append(int layer, std::span<const ForwardRow> rows) {}
+  // Called with the residual stream [rows][hidden] after decoder layer `layer`; may modify it
+  // (SkipKV steering adds a vector here).
+  virtual void after_layer(int layer, std::span<const ForwardRow> rows, float* hidden) {}
+  // Called with the final-norm output [rows][hidden] (SkipKV sentence embeddings).
+  virtual void final_hidden(std::span<const ForwardRow> rows, const float* hidden) {}
+  // Whether attention should hand back its probabilities (H2O accumulation).
+  virtual bool wants_attention_probs() const { return false; }
+  // Attention probabilities of row r, layer, KV head: [G][n] for the cache's first n entries.
+  virtual void attention_probs(int layer, std::size_t row, int kv_head, const float* probs, int G,
+                               int n) {}
+};
+
+// Scratch buffers of a forward pass, reused between calls to avoid allocation per token.
+struct ForwardScratch {
+  std::vector<float> x, xn, q, k, v, attn, gate, up, rope_cos, rope_sin, logits_hidden;
+};
+
+class Model {
+ public:
+  // Loads config.json (+ generation_config.json) and the safetensors weights of `dir`, checking
+  // every tensor's presence, shape and dtype. Throws rkv::Error naming the file and tensor.
+  static std::unique_ptr<Model> load(const std::filesystem::path& dir);
+
+  const ModelConfig& config() const { return config_; }
+  const std::filesystem::path& dir() const { return dir_; }
+  // Bytes of weights (as stored).
+  std::size_t weight_bytes() const { return weight_bytes_; }
+
+  // Runs the rows through the model, appending their keys/values to their caches. Writes the
+  // float32 logits of the rows with want_logits, in row order, to `logits` ([n][vocab]).
+  void forward(std::span<const ForwardRow> rows, ForwardScratch& scratch, ThreadPool& pool,
+               float* logits, ForwardObserver* observer = nullptr) const;
+
+  // A cache shaped for this model.
+  KvCacheShape cache_shape(int capacity, int window) const;
+
+ private:
+  Model() = default;
+  void embed(std::int32_t token, float* out) const;
+
+  std::filesystem::path dir_;
+  ModelConfig config_;
+  std::unique_ptr<TensorStore> store_;
+  kernels::WeightView embed_tokens_;
+  kernels::WeightView lm_head_;
+  std::vector<float> final_norm_;
+  std::vector<LayerWeights> layers_;
+  std::vector<float> inv_freq_;  // [head_dim / 2], llama3 scaling applied
+  std::size_t weight_bytes_ = 0;
+};
+
+}  // namespace rkv

@@ -1,0 +1,184 @@
+// The forward pass (golden models README, "Architecture details"): per layer
+//   h += o_proj(attention(rope(q), rope(k), v)) of input_layernorm(h)
+//   h += down_proj(silu(gate_proj(x)) * up_proj(x)) of post_attention_layernorm(h)
+// then the final norm and lm_head, all in float32. Rows of many sequences go through the matrix
+// products together, so the weights are read once per pass (DESIGN.md property 5).
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "model/model.h"
+
+namespace rkv {
+
+namespace {
+
+// y = w * x / sqrt(mean(x^2) + eps), HF's LlamaRMSNorm in float32.
+void rms_norm(const float* x, const float* w, float* y, int n, float eps) {
+  double ss = 0.0;
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float variance = static_cast<float>(ss / n);
+  const float inv = 1.0f / std::sqrt(variance + eps);
+  for (int i = 0; i < n; ++i) y[i] = w[i] * (x[i] * inv);
+}
+
+// Rotate-half RoPE: pairs (j, j + d/2), out = x*cos + rotate_half(x)*sin.
+void apply_rope(float* x, int d, const float* cos, const float* sin) {
+  const int half = d / 2;
+  for (int j = 0; j < half; ++j) {
+    const float a = x[j], b = x[j + half];
+    x[j] = a * cos[j] - b * sin[j];
+    x[j + half] = b * cos[j] + a * sin[j];
+  }
+}
+
+void add_bias(float* y, const std::vector<float>& bias, std::size_t rows) {
+  if (bias.empty()) return;
+  const std::size_t n = bias.size();
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t i = 0; i < n; ++i) y[r * n + i] += bias[i];
+}
+
+}  // namespace
+
+void Model::embed(std::int32_t token, float* out) const {
+  if (token < 0 || token >= config_.vocab_size)
+    throw Error("token id " + std::to_string(token) + " is outside the vocabulary (size " +
+                std::to_string(config_.vocab_size) + ")");
+  const std::size_t H = static_cast<std::size_t>(config_.hidden_size);
+  for (std::size_t i = 0; i < H; ++i)
+    out[i] = load_as_f32(embed_tokens_.data, embed_tokens_.dtype, static_cast<std::size_t>(token) * H + i);
+}
+
+void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadPool& pool,
+                    float* logits, ForwardObserver* observer) const {
+  const ModelConfig& c = config_;
+  const std::size_t T = rows.size();
+  if (T == 0) return;
+  const std::size_t H = static_cast<std::size_t>(c.hidden_size);
+  const std::size_t I = static_cast<std::size_t>(c.intermediate_size);
+  const int D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads, G = c.group_size();
+  const std::size_t QD = static_cast<std::size_t>(Hq) * D, KD = static_cast<std::size_t>(Hkv) * D;
+  const int half = D / 2;
+
+  // Validate before touching any cache, so a bad request leaves every sequence as it was.
+  for (std::size_t r = 0; r < T; ++r) {
+    const ForwardRow& row = rows[r];
+    if (row.cache == nullptr) throw Error("forward: row without a KV cache");
+    if (row.token < 0 || row.token >= c.vocab_size)
+      throw Error("token id " + std::to_string(row.token) + " is outside the vocabulary (size " +
+                  std::to_string(c.vocab_size) + ")");
+    std::size_t same = 0;
+    for (std::size_t q = r; q < T && rows[q].cache == row.cache; ++q) ++same;
+    if (r == 0 || rows[r - 1].cache != row.cache) {
+      if (row.cache->length(0) + static_cast<int>(same) > row.cache->capacity())
+        throw Error("KV cache is full: " + std::to_string(row.cache->length(0)) + " + " +
+                    std::to_string(same) + " tokens exceed its capacity of " +
+                    std::to_string(row.cache->capacity()) + " entries");
+    }
+  }
+
+  s.x.resize(T * H);
+  s.xn.resize(T * H);
+  s.q.resize(T * QD);
+  s.k.resize(T * KD);
+  s.v.resize(T * KD);
+  s.attn.resize(T * QD);
+  s.gate.resize(T * I);
+  s.up.resize(T * I);
+  s.rope_cos.resize(T * half);
+  s.rope_sin.resize(T * half);
+
+  for (std::size_t r = 0; r < T; ++r) {
+    embed(rows[r].token, s.x.data() + r * H);
+    // angle = float32(position) * inv_freq in float32, as HF computes it.
+    for (int j = 0; j < half; ++j) {
+      const float angle = static_cast<float>(rows[r].position) * inv_freq_[static_cast<std::size_t>(j)];
+      s.rope_cos[r * half + j] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      s.rope_sin[r * half + j] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  }
+
+  // Where each row's own entry lands in its cache, and how many entries it may attend to.
+  std::vector<int> visible(T);
+  const kernels::AttentionFn attention = kernels::attention_fn();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const bool want_probs = observer != nullptr && observer->wants_attention_probs();
+
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& w = layers_[static_cast<std::size_t>(l)];
+    for (std::size_t r = 0; r < T; ++r)
+      rms_norm(s.x.data() + r * H, w.input_norm.data(), s.xn.data() + r * H, static_cast<int>(H), c.rms_norm_eps);
+    kernels::matmul(s.xn.data(), T, w.q, s.q.data(), pool);
+    kernels::matmul(s.xn.data(), T, w.k, s.k.data(), pool);
+    kernels::matmul(s.xn.data(), T, w.v, s.v.data(), pool);
+    add_bias(s.q.data(), w.q_bias, T);
+    add_bias(s.k.data(), w.k_bias, T);
+    add_bias(s.v.data(), w.v_bias, T);
+    for (std::size_t r = 0; r < T; ++r) {
+      const float* cs = s.rope_cos.data() + r * half;
+      const float* sn = s.rope_sin.data() + r * half;
+      for (int h = 0; h < Hq; ++h) {
+        float* qh = s.q.data() + r * QD + static_cast<std::size_t>(h) * D;
+        if (c.qk_norm) rms_norm(qh, w.q_norm.data(), qh, D, c.rms_norm_eps);
+        apply_rope(qh, D, cs, sn);
+      }
+      for (int h = 0; h < Hkv; ++h) {
+        float* kh = s.k.data() + r * KD + static_cast<std::size_t>(h) * D;
+        if (c.qk_norm) rms_norm(kh, w.k_norm.data(), kh, D, c.rms_norm_eps);
+        apply_rope(kh, D, cs, sn);
+      }
+    }
+    for (std::size_t r = 0; r < T; ++r) {
+      rows[r].cache->append(l, s.k.data() + r * KD, s.v.data() + r * KD, rows[r].position, 0.0f);
+      rows[r].cache->push_query(l, s.q.data() + r * QD);
+    }
+    if (observer != nullptr) observer->after_kv_append(l, rows);
+    // Row r sees its cache up to and including its own entry: the cache length minus the rows
+    // of its sequence that come after it in this pass.
+    for (std::size_t r = T; r-- > 0;) {
+      const bool last_of_seq = r + 1 == T || rows[r + 1].cache != rows[r].cache;
+      visible[r] = last_of_seq ? rows[r].cache->length(l) : visible[r + 1] - 1;
+    }
+    pool.parallel_for(T * static_cast<std::size_t>(Hkv), [&](std::size_t task) {
+      const std::size_t r = task / static_cast<std::size_t>(Hkv);
+      const int h = static_cast<int>(task % static_cast<std::size_t>(Hkv));
+      const int n = visible[r];
+      thread_local std::vector<float> probs;
+      probs.resize(static_cast<std::size_t>(G) * static_cast<std::size_t>(n));
+      attention(s.q.data() + r * QD + static_cast<std::size_t>(h) * G * D, G, D,
+                rows[r].cache->keys(l, h), rows[r].cache->values(l, h), n, scale,
+                s.attn.data() + r * QD + static_cast<std::size_t>(h) * G * D, probs.data());
+      if (want_probs) observer->attention_probs(l, r, h, probs.data(), G, n);
+    });
+    kernels::matmul(s.attn.data(), T, w.o, s.xn.data(), pool);
+    for (std::size_t i = 0; i < T * H; ++i) s.x[i] += s.xn[i];
+
+    for (std::size_t r = 0; r < T; ++r)
+      rms_norm(s.x.data() + r * H, w.post_norm.data(), s.xn.data() + r * H, static_cast<int>(H), c.rms_norm_eps);
+    kernels::matmul(s.xn.data(), T, w.gate, s.gate.data(), pool);
+    kernels::matmul(s.xn.data(), T, w.up, s.up.data(), pool);
+    for (std::size_t i = 0; i < T * I; ++i) {
+      const float g = s.gate[i];
+      s.gate[i] = g / (1.0f + std::exp(-g)) * s.up[i];
+    }
+    kernels::matmul(s.gate.data(), T, w.down, s.xn.data(), pool);
+    for (std::size_t i = 0; i < T * H; ++i) s.x[i] += s.xn[i];
+    if (observer != nullptr) observer->after_layer(l, rows, s.x.data());
+  }
+
+  for (std::size_t r = 0; r < T; ++r)
+    rms_norm(s.x.data() + r * H, final_norm_.data(), s.xn.data() + r * H, static_cast<int>(H), c.rms_norm_eps);
+  if (observer != nullptr) observer->final_hidden(rows, s.xn.data());
+  std::size_t n_logits = 0;
+  s.logits_hidden.resize(T * H);
+  for (std::size_t r = 0; r < T; ++r) {
+    if (!rows[r].want_logits) continue;
+    std::memcpy(s.logits_hidden.data() + n_logits * H, s.xn.data() + r * H, H * sizeof(float));
+    ++n_logits;
+  }
+  if (n_logits > 0 && logits != nullptr) kernels::matmul(s.logits_hidden.data(), n_logits, lm_head_, logits, pool);
+}
+
+}  // namespace rkv

@@ -1,0 +1,117 @@
+// Loading a checkpoint: every tensor the architecture needs is looked up, its shape and dtype
+// checked, and its memory-mapped data used in place (small vectors are converted to f32).
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "model/model.h"
+
+namespace rkv {
+
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+const TensorInfo& checked(const TensorStore& store, const std::string& name, const Shape& shape) {
+  const TensorInfo& t = store.get(name);
+  if (t.shape != shape)
+    throw Error(t.file + ": tensor " + name + " has shape " + t.shape_string() + ", expected " +
+                shape_to_string(shape));
+  return t;
+}
+
+kernels::WeightView matrix(const TensorStore& store, const std::string& name, std::int64_t rows,
+                           std::int64_t cols) {
+  const TensorInfo& t = checked(store, name, {rows, cols});
+  return {t.data, t.dtype, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols)};
+}
+
+std::vector<float> vector_f32(const TensorStore& store, const std::string& name, std::int64_t n) {
+  const TensorInfo& t = checked(store, name, {n});
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = load_as_f32(t.data, t.dtype, i);
+  return v;
+}
+
+// inv_freq[j] = theta^(-2j/d) in float32 as HF computes it, then Llama-3.1's frequency-dependent
+// scaling when configured (HF _compute_llama3_parameters; golden models README).
+std::vector<float> rope_inv_freq(const ModelConfig& c) {
+  const int half = c.head_dim / 2;
+  std::vector<float> inv(static_cast<std::size_t>(half));
+  for (int j = 0; j < half; ++j) {
+    const float exponent = static_cast<float>(2 * j) / static_cast<float>(c.head_dim);
+    inv[static_cast<std::size_t>(j)] = 1.0f / std::pow(c.rope_theta, exponent);
+  }
+  if (c.rope_scaling.llama3) {
+    const auto& s = c.rope_scaling;
+    const float old_len = static_cast<float>(s.original_max_position_embeddings);
+    const float low_wavelen = old_len / s.low_freq_factor;
+    const float high_wavelen = old_len / s.high_freq_factor;
+    for (float& f : inv) {
+      const float wavelen = 2.0f * static_cast<float>(M_PI) / f;
+      float scaled = wavelen > low_wavelen ? f / s.factor : f;
+      if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+        const float smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        scaled = (1.0f - smooth) * scaled / s.factor + smooth * scaled;
+      }
+      f = scaled;
+    }
+  }
+  return inv;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
+  std::unique_ptr<Model> m(new Model());
+  m->dir_ = dir;
+  m->config_ = ModelConfig::load(dir);
+  m->store_ = std::make_unique<TensorStore>(dir);
+  const ModelConfig& c = m->config_;
+  const TensorStore& st = *m->store_;
+  const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
+  const std::int64_t QD = static_cast<std::int64_t>(c.num_heads) * D;
+  const std::int64_t KD = static_cast<std::int64_t>(c.num_kv_heads) * D;
+
+  m->embed_tokens_ = matrix(st, "model.embed_tokens.weight", V, H);
+  if (st.contains("lm_head.weight")) {
+    m->lm_head_ = matrix(st, "lm_head.weight", V, H);
+  } else if (c.tie_word_embeddings) {
+    m->lm_head_ = m->embed_tokens_;
+  } else {
+    throw Error(st.dir().string() + ": missing tensor lm_head.weight (and tie_word_embeddings is false)");
+  }
+  m->final_norm_ = vector_f32(st, "model.norm.weight", H);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerWeights w;
+    w.q = matrix(st, p + "self_attn.q_proj.weight", QD, H);
+    w.k = matrix(st, p + "self_attn.k_proj.weight", KD, H);
+    w.v = matrix(st, p + "self_attn.v_proj.weight", KD, H);
+    w.o = matrix(st, p + "self_attn.o_proj.weight", H, QD);
+    w.gate = matrix(st, p + "mlp.gate_proj.weight", I, H);
+    w.up = matrix(st, p + "mlp.up_proj.weight", I, H);
+    w.down = matrix(st, p + "mlp.down_proj.weight", H, I);
+    w.input_norm = vector_f32(st, p + "input_layernorm.weight", H);
+    w.post_norm = vector_f32(st, p + "post_attention_layernorm.weight", H);
+    if (c.attention_bias) {
+      w.q_bias = vector_f32(st, p + "self_attn.q_proj.bias", QD);
+      w.k_bias = vector_f32(st, p + "self_attn.k_proj.bias", KD);
+      w.v_bias = vector_f32(st, p + "self_attn.v_proj.bias", KD);
+    }
+    if (c.qk_norm) {
+      w.q_norm = vector_f32(st, p + "self_attn.q_norm.weight", D);
+      w.k_norm = vector_f32(st, p + "self_attn.k_norm.weight", D);
+    }
+    m->layers_.push_back(std::move(w));
+  }
+  for (const auto& [name, t] : st.tensors()) m->weight_bytes_ += t.nbytes;
+  m->inv_freq_ = rope_inv_freq(c);
+  return m;
+}
+
+KvCacheShape Model::cache_shape(int capacity, int window) const {
+  return {config_.num_layers, config_.num_kv_heads, config_.num_heads, config_.head_dim, capacity, window};
+}
+
+}  // namespace rkv
