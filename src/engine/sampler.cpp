@@ -1,0 +1,99 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+
+namespace rkv {
+
+void SamplingParams::validate() const {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature))
+    throw Error("temperature must be >= 0 (0 is greedy), got " + std::to_string(temperature));
+  if (top_k < 0) throw Error("top-k must be >= 0 (0 is off), got " + std::to_string(top_k));
+  if (!(top_p > 0.0f && top_p <= 1.0f)) throw Error("top-p must be in (0, 1], got " + std::to_string(top_p));
+  if (!(min_p >= 0.0f && min_p < 1.0f)) throw Error("min-p must be in [0, 1), got " + std::to_string(min_p));
+}
+
+// splitmix64 seeds xoshiro256**.
+Rng::Rng(std::uint64_t seed) {
+  for (auto& s : s_) {
+    seed += 0x9e3779b97f4a7c15ull;
+    std::uint64_t z = seed;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    s = z ^ (z >> 31);
+  }
+}
+
+std::uint64_t Rng::next() {
+  auto rotl = [](std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); };
+  const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const std::uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+int argmax(const float* v, int n) { return static_cast<int>(std::max_element(v, v + n) - v); }
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { params_.validate(); }
+
+int Sampler::sample(float* logits, int vocab) {
+  if (params_.temperature == 0.0f) return argmax(logits, vocab);
+  const float inv_t = 1.0f / params_.temperature;
+  const float max_logit = *std::max_element(logits, logits + vocab);
+  // Probabilities below e^-40 of the best cannot matter to any filter or to the draw.
+  const float cutoff = max_logit - 40.0f * params_.temperature;
+  candidates_.clear();
+  for (int i = 0; i < vocab; ++i)
+    if (logits[i] >= cutoff) candidates_.emplace_back((logits[i] - max_logit) * inv_t, i);
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  std::size_t n = candidates_.size();
+  if (params_.top_k > 0 && static_cast<std::size_t>(params_.top_k) < n) {
+    std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), by_logit);
+    n = static_cast<std::size_t>(params_.top_k);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  }
+  candidates_.resize(n);
+  double total = 0.0;
+  for (auto& c : candidates_) {
+    c.first = std::exp(c.first);
+    total += c.first;
+  }
+  if (params_.top_p < 1.0f) {
+    // Keep the smallest prefix whose mass reaches top_p (at least one token).
+    double cum = 0.0;
+    std::size_t keep = 0;
+    while (keep < n) {
+      cum += candidates_[keep].first / total;
+      ++keep;
+      if (cum >= params_.top_p) break;
+    }
+    n = keep;
+  }
+  if (params_.min_p > 0.0f) {
+    const float threshold = params_.min_p * candidates_[0].first;
+    std::size_t keep = 1;
+    while (keep < n && candidates_[keep].first >= threshold) ++keep;
+    n = keep;
+  }
+  double mass = 0.0;
+  for (std::size_t i = 0; i < n; ++i) mass += candidates_[i].first;
+  double u = rng_.uniform() * mass;
+  for (std::size_t i = 0; i < n; ++i) {
+    u -= candidates_[i].first;
+    if (u < 0.0) return candidates_[i].second;
+  }
+  return candidates_[n - 1].second;
+}
+
+}  // namespace rkv

@@ -1,0 +1,328 @@
+#include "model/random_checkpoint.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+#include "engine/sampler.h"
+#include "model/safetensors.h"
+
+namespace rkv {
+
+using nlohmann::json;
+
+namespace {
+
+struct ShapeEntry {
+  const char* name;
+  const char* family;  // "qwen", "r1-qwen", "r1-llama"
+  ModelConfig config;
+};
+
+ModelConfig make(Architecture arch, const char* arch_name, int hidden, int inter, int layers, int heads,
+                 int kv_heads, int head_dim, int vocab, float theta, float eps, bool tied, int max_pos) {
+  ModelConfig c;
+  c.arch = arch;
+  c.architecture_name = arch_name;
+  c.hidden_size = hidden;
+  c.intermediate_size = inter;
+  c.num_layers = layers;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.vocab_size = vocab;
+  c.rope_theta = theta;
+  c.rms_norm_eps = eps;
+  c.tie_word_embeddings = tied;
+  c.max_position_embeddings = max_pos;
+  c.attention_bias = arch == Architecture::Qwen2;
+  c.qk_norm = arch == Architecture::Qwen3;
+  return c;
+}
+
+const std::vector<ShapeEntry>& shapes() {
+  static const std::vector<ShapeEntry> table = [] {
+    std::vector<ShapeEntry> t;
+    t.push_back({"tiny", "qwen",
+                 make(Architecture::Qwen2, "Qwen2ForCausalLM", 128, 384, 4, 4, 2, 32, 1024, 1e6f, 1e-6f, true, 4096)});
+    t.push_back({"qwen2.5-0.5b", "qwen",
+                 make(Architecture::Qwen2, "Qwen2ForCausalLM", 896, 4864, 24, 14, 2, 64, 151936, 1e6f, 1e-6f, true, 32768)});
+    t.push_back({"qwen3-0.6b", "qwen",
+                 make(Architecture::Qwen3, "Qwen3ForCausalLM", 1024, 3072, 28, 16, 8, 128, 151936, 1e6f, 1e-6f, true, 40960)});
+    t.push_back({"r1-distill-qwen-1.5b", "r1-qwen",
+                 make(Architecture::Qwen2, "Qwen2ForCausalLM", 1536, 8960, 28, 12, 2, 128, 151936, 1e4f, 1e-6f, false, 131072)});
+    ModelConfig llama = make(Architecture::Llama, "LlamaForCausalLM", 4096, 14336, 32, 32, 8, 128, 128256, 5e5f,
+                             1e-5f, false, 131072);
+    llama.rope_scaling = {true, 8.0f, 1.0f, 4.0f, 8192};
+    t.push_back({"r1-distill-llama-8b", "r1-llama", llama});
+    return t;
+  }();
+  return table;
+}
+
+const ShapeEntry& find_shape(const std::string& name) {
+  for (const auto& s : shapes())
+    if (name == s.name) return s;
+  std::string known;
+  for (const auto& s : shapes()) known += std::string(known.empty() ? "" : ", ") + s.name;
+  throw Error("unknown model shape '" + name + "' (known: " + known + ")");
+}
+
+// GPT-2's byte-to-unicode table: printable bytes map to themselves, the rest to U+0100 onwards.
+std::vector<std::string> byte_symbols() {
+  std::vector<std::string> out(256);
+  auto utf8 = [](unsigned cp) {
+    std::string s;
+    if (cp < 0x80) {
+      s += static_cast<char>(cp);
+    } else {
+      s += static_cast<char>(0xC0 | (cp >> 6));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    return s;
+  };
+  unsigned next = 256;
+  for (unsigned b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    out[b] = utf8(printable ? b : next++);
+  }
+  return out;
+}
+
+struct Specials {
+  std::vector<std::string> tokens;
+  std::string bos, eos;
+  bool add_bos = false;
+  std::string chat_template;
+};
+
+Specials family_specials(const std::string& family) {
+  Specials s;
+  if (family == "qwen") {
+    s.tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"};
+    s.eos = "<|im_end|>";
+    s.chat_template =
+        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+        "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  } else {
+    s.tokens = {"<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<think>",
+                "</think>"};
+    s.bos = "<｜begin▁of▁sentence｜>";
+    s.eos = "<｜end▁of▁sentence｜>";
+    s.add_bos = true;
+    s.chat_template =
+        "{{bos_token}}{% for message in messages %}{% if message['role'] == 'user' %}{{'<｜User｜>' + "
+        "message['content']}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{'<｜Assistant｜><think>\\n'}}{% endif %}";
+  }
+  return s;
+}
+
+const char* kQwenRegex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
+const char* kLlama3Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
+
+std::string family_of(const ModelConfig& c) {
+  for (const auto& s : shapes())
+    if (s.config.architecture_name == c.architecture_name && s.config.hidden_size == c.hidden_size &&
+        s.config.vocab_size == c.vocab_size)
+      return s.family;
+  return c.arch == Architecture::Llama ? "r1-llama" : "qwen";
+}
+
+}  // namespace
+
+std::vector<std::string> known_shapes() {
+  std::vector<std::string> names;
+  for (const auto& s : shapes()) names.push_back(s.name);
+  return names;
+}
+
+ModelConfig shape_config(const std::string& name) { return find_shape(name).config; }
+
+void write_synthetic_tokenizer(const std::filesystem::path& dir, const ModelConfig& config) {
+  const std::string family = family_of(config);
+  const Specials specials = family_specials(family);
+  const int n_special = static_cast<int>(specials.tokens.size());
+  const int n_regular = config.vocab_size - n_special;
+  if (n_regular < 256) throw Error("vocabulary of " + std::to_string(config.vocab_size) + " is too small for a byte-level tokenizer");
+  const auto symbols = byte_symbols();
+  // Bytes in the order merges are made: space, lower-case letters, digits, punctuation, the rest.
+  std::vector<int> order;
+  std::set<int> seen;
+  auto add = [&](int b) {
+    if (seen.insert(b).second) order.push_back(b);
+  };
+  add(' ');
+  for (int b = 'a'; b <= 'z'; ++b) add(b);
+  add('\n');
+  for (int b = '0'; b <= '9'; ++b) add(b);
+  for (int b = 'A'; b <= 'Z'; ++b) add(b);
+  for (int b = 0; b < 256; ++b) add(b);
+
+  json vocab = json::object();
+  std::vector<std::string> id_to_token;
+  for (int b = 0; b < 256; ++b) {
+    vocab[symbols[static_cast<std::size_t>(b)]] = b;
+    id_to_token.push_back(symbols[static_cast<std::size_t>(b)]);
+  }
+  json merges = json::array();
+  // Pairs of bytes first, then (pair, byte) combinations, until the vocabulary is full.
+  const std::size_t pair_count = order.size() * order.size();
+  for (std::size_t i = 0; static_cast<int>(id_to_token.size()) < n_regular; ++i) {
+    std::string left, right;
+    if (i < pair_count) {
+      left = symbols[static_cast<std::size_t>(order[i / order.size()])];
+      right = symbols[static_cast<std::size_t>(order[i % order.size()])];
+    } else {
+      const std::size_t j = i - pair_count;
+      left = id_to_token[256 + j / order.size()];
+      right = symbols[static_cast<std::size_t>(order[j % order.size()])];
+    }
+    const std::string merged = left + right;
+    if (vocab.contains(merged)) continue;
+    vocab[merged] = static_cast<int>(id_to_token.size());
+    id_to_token.push_back(merged);
+    merges.push_back(left + " " + right);
+  }
+  json added = json::array();
+  json decoder = json::object();
+  for (int i = 0; i < n_special; ++i) {
+    const int id = n_regular + i;
+    const std::string& content = specials.tokens[static_cast<std::size_t>(i)];
+    const bool special = content != "<think>" && content != "</think>";
+    added.push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+                     {"rstrip", false}, {"normalized", false}, {"special", special}});
+    decoder[std::to_string(id)] = {{"content", content}, {"lstrip", false}, {"normalized", false},
+                                   {"rstrip", false}, {"single_word", false}, {"special", special}};
+  }
+  const bool qwen = family != "r1-llama";
+  json tok;
+  tok["version"] = "1.0";
+  tok["truncation"] = nullptr;
+  tok["padding"] = nullptr;
+  tok["added_tokens"] = added;
+  tok["normalizer"] = qwen ? json{{"type", "NFC"}} : json(nullptr);
+  tok["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       json::array({{{"type", "Split"}, {"pattern", {{"Regex", qwen ? kQwenRegex : kLlama3Regex}}},
+                     {"behavior", "Isolated"}, {"invert", false}},
+                    {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}})}};
+  if (specials.add_bos) {
+    const int bos_id = n_regular;  // the first special token
+    tok["post_processor"] = {
+        {"type", "TemplateProcessing"},
+        {"single", json::array({{{"SpecialToken", {{"id", specials.bos}, {"type_id", 0}}}},
+                                {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+        {"pair", json::array({{{"SpecialToken", {{"id", specials.bos}, {"type_id", 0}}}},
+                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                              {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}})},
+        {"special_tokens", {{specials.bos, {{"id", specials.bos}, {"ids", {bos_id}}, {"tokens", {specials.bos}}}}}}};
+  } else {
+    tok["post_processor"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  }
+  tok["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  tok["model"] = {{"type", "BPE"},          {"dropout", nullptr},       {"unk_token", nullptr},
+                  {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
+                  {"byte_fallback", false}, {"ignore_merges", false}, {"vocab", vocab},
+                  {"merges", merges}};
+  std::ofstream(dir / "tokenizer.json") << tok.dump();
+
+  json cfg;
+  cfg["add_bos_token"] = specials.add_bos;
+  cfg["add_eos_token"] = false;
+  cfg["added_tokens_decoder"] = decoder;
+  cfg["bos_token"] = specials.bos.empty() ? json(nullptr) : json(specials.bos);
+  cfg["eos_token"] = specials.eos;
+  cfg["chat_template"] = specials.chat_template;
+  cfg["model_max_length"] = config.max_position_embeddings;
+  cfg["tokenizer_class"] = qwen ? "Qwen2Tokenizer" : "LlamaTokenizerFast";
+  std::ofstream(dir / "tokenizer_config.json") << cfg.dump(2);
+}
+
+void write_random_checkpoint(const std::filesystem::path& dir, const RandomCheckpointOptions& options,
+                             std::FILE* log) {
+  const ShapeEntry& entry = find_shape(options.shape);
+  ModelConfig c = entry.config;
+  std::filesystem::create_directories(dir);
+  const Specials specials = family_specials(entry.family);
+  const int first_special = c.vocab_size - static_cast<int>(specials.tokens.size());
+  auto special_id = [&](const std::string& t) {
+    for (std::size_t i = 0; i < specials.tokens.size(); ++i)
+      if (specials.tokens[i] == t) return first_special + static_cast<int>(i);
+    return -1;
+  };
+  c.bos_token_id = specials.bos.empty() ? special_id("<|endoftext|>") : special_id(specials.bos);
+  c.eos_token_ids = {special_id(specials.eos)};
+  json cj = c.to_json();
+  cj["torch_dtype"] = options.dtype == DType::F32 ? "float32" : options.dtype == DType::BF16 ? "bfloat16" : "float16";
+  cj["rkv_random_weights"] = {{"shape", options.shape}, {"seed", options.seed}};
+  std::ofstream(dir / "config.json") << cj.dump(2);
+  json gen = {{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_ids}};
+  std::ofstream(dir / "generation_config.json") << gen.dump(2);
+  if (log) std::fprintf(log, "make-model: writing tokenizer (%d tokens)\n", c.vocab_size);
+  write_synthetic_tokenizer(dir, c);
+
+  // Weights: uniform with the variance of N(0, 1/fan_in) for linear layers, N(0,1)-like
+  // embeddings and norms of 1 +- 0.25 (so an engine that ignores a norm weight would fail).
+  const std::int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim, V = c.vocab_size;
+  const std::int64_t QD = c.num_heads * D, KD = c.num_kv_heads * D;
+  std::vector<TensorToWrite> tensors;
+  std::uint64_t tensor_index = 0;
+  auto add = [&](const std::string& name, std::vector<std::int64_t> shape, float center, float half_width) {
+    const std::uint64_t seed = options.seed * 1000003ull + tensor_index++;
+    const DType dtype = shape.size() == 1 ? DType::F32 : options.dtype;
+    tensors.push_back({name, dtype, shape, [=](std::uint8_t* bytes, std::size_t nbytes) {
+                         Rng rng(seed);
+                         const std::size_t n = nbytes / dtype_size(dtype);
+                         for (std::size_t i = 0; i < n; ++i) {
+                           const float u = static_cast<float>(rng.next() >> 40) * 0x1.0p-24f;  // [0,1)
+                           const float value = center + (2.0f * u - 1.0f) * half_width;
+                           if (dtype == DType::F32) {
+                             std::memcpy(bytes + 4 * i, &value, 4);
+                           } else {
+                             const std::uint16_t h = dtype == DType::BF16 ? f32_to_bf16(value) : f32_to_f16(value);
+                             std::memcpy(bytes + 2 * i, &h, 2);
+                           }
+                         }
+                       }});
+  };
+  auto linear = [&](const std::string& name, std::int64_t out, std::int64_t in) {
+    add(name, {out, in}, 0.0f, std::sqrt(3.0f / static_cast<float>(in)));
+  };
+  add("model.embed_tokens.weight", {V, H}, 0.0f, std::sqrt(3.0f));
+  if (!c.tie_word_embeddings) linear("lm_head.weight", V, H);
+  add("model.norm.weight", {H}, 1.0f, 0.25f);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    linear(p + "self_attn.q_proj.weight", QD, H);
+    linear(p + "self_attn.k_proj.weight", KD, H);
+    linear(p + "self_attn.v_proj.weight", KD, H);
+    linear(p + "self_attn.o_proj.weight", H, QD);
+    linear(p + "mlp.gate_proj.weight", I, H);
+    linear(p + "mlp.up_proj.weight", I, H);
+    linear(p + "mlp.down_proj.weight", H, I);
+    add(p + "input_layernorm.weight", {H}, 1.0f, 0.25f);
+    add(p + "post_attention_layernorm.weight", {H}, 1.0f, 0.25f);
+    if (c.attention_bias) {
+      add(p + "self_attn.q_proj.bias", {QD}, 0.0f, 0.5f);
+      add(p + "self_attn.k_proj.bias", {KD}, 0.0f, 0.5f);
+      add(p + "self_attn.v_proj.bias", {KD}, 0.0f, 0.5f);
+    }
+    if (c.qk_norm) {
+      add(p + "self_attn.q_norm.weight", {D}, 1.0f, 0.25f);
+      add(p + "self_attn.k_norm.weight", {D}, 1.0f, 0.25f);
+    }
+  }
+  if (log) std::fprintf(log, "make-model: writing %zu tensors to %s\n", tensors.size(), (dir / "model.safetensors").c_str());
+  write_safetensors(dir / "model.safetensors", tensors);
+}
+
+}  // namespace rkv

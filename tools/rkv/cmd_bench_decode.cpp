@@ -1,0 +1,115 @@
+// rkv bench-decode: prompt-processing and decode speed of one sequence at several context
+// depths (the llama-bench pp/tg measurements), with random token ids.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "common.h"
+#include "core/error.h"
+#include "engine/generator.h"
+#include "engine/sampler.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+
+namespace rkv::cli {
+namespace {
+
+struct Args {
+  std::string model;
+  std::string depths = "0,1024,4096";
+  int n_prompt = 512;
+  int n_gen = 64;
+  int repetitions = 1;
+  int threads = 1;
+  std::string json_out;
+};
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void setup(CLI::App& app) {
+  auto args = std::make_shared<Args>();
+  add_flag_option(app, "-m,--model", args->model, "Model directory (e.g. one written by rkv make-model)")->required();
+  add_flag_option(app, "-d,--depths", args->depths, "Context depths at which to measure decode, comma-separated");
+  add_flag_option(app, "-p,--n-prompt", args->n_prompt, "Prompt tokens for the prompt-processing test (0: skip)")
+      ->check(CLI::NonNegativeNumber);
+  add_flag_option(app, "-n,--n-gen", args->n_gen, "Tokens decoded at each depth")->check(CLI::PositiveNumber);
+  add_flag_option(app, "-r,--repetitions", args->repetitions, "Repetitions of each test (the best is reported)")
+      ->check(CLI::PositiveNumber);
+  add_flag_option(app, "--json", args->json_out, "Also write the results to this JSON file");
+  add_threads_option(app, args->threads);
+  app.callback([args] {
+    const std::vector<int> depths = parse_int_list(args->depths, "--depths");
+    for (int d : depths)
+      if (d < 0) throw Error("--depths: depths must be >= 0");
+    auto model = Model::load(args->model);
+    const ModelConfig& c = model->config();
+    ThreadPool pool(args->threads);
+    ForwardScratch scratch;
+    Rng rng(1234);
+    auto random_tokens = [&](int n) {
+      std::vector<int> t(static_cast<std::size_t>(n));
+      for (int& x : t) x = static_cast<int>(rng.next() % static_cast<std::uint64_t>(c.vocab_size));
+      return t;
+    };
+    std::fprintf(stderr, "bench-decode: %s (%s, %d layers, hidden %d), %d threads, kernels: %s\n",
+                 args->model.c_str(), c.architecture_name.c_str(), c.num_layers, c.hidden_size, args->threads,
+                 std::string(kernels::isa_name(kernels::active_isa())).c_str());
+    nlohmann::json results = nlohmann::json::array();
+    std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
+    std::printf("| test | depth | tokens | seconds | tokens/s |\n|---|---:|---:|---:|---:|\n");
+    auto report = [&](const std::string& test, int depth, int tokens, double seconds) {
+      std::printf("| %s | %d | %d | %.3f | %.2f |\n", test.c_str(), depth, tokens, seconds, tokens / seconds);
+      std::fflush(stdout);
+      results.push_back({{"test", test}, {"depth", depth}, {"tokens", tokens}, {"seconds", seconds},
+                         {"tokens_per_second", tokens / seconds}});
+    };
+    if (args->n_prompt > 0) {
+      double best = 1e30;
+      for (int rep = 0; rep < args->repetitions; ++rep) {
+        KvCache cache(model->cache_shape(args->n_prompt, 0));
+        const auto tokens = random_tokens(args->n_prompt);
+        const double t0 = now_seconds();
+        prefill(*model, cache, tokens, 0, 512, scratch, pool, logits.data());
+        best = std::min(best, now_seconds() - t0);
+      }
+      report("pp" + std::to_string(args->n_prompt), 0, args->n_prompt, best);
+    }
+    for (int depth : depths) {
+      double best = 1e30;
+      for (int rep = 0; rep < args->repetitions; ++rep) {
+        KvCache cache(model->cache_shape(depth + args->n_gen, 0));
+        if (depth > 0) {
+          std::fprintf(stderr, "bench-decode: filling the cache to depth %d...\n", depth);
+          prefill(*model, cache, random_tokens(depth), 0, 512, scratch, pool, nullptr);
+        }
+        int token = static_cast<int>(rng.next() % static_cast<std::uint64_t>(c.vocab_size));
+        const double t0 = now_seconds();
+        for (int i = 0; i < args->n_gen; ++i) {
+          ForwardRow row{&cache, token, depth + i, true};
+          model->forward({&row, 1}, scratch, pool, logits.data());
+          token = argmax(logits.data(), c.vocab_size);
+        }
+        best = std::min(best, now_seconds() - t0);
+      }
+      report("tg" + std::to_string(args->n_gen), depth, args->n_gen, best);
+    }
+    if (!args->json_out.empty()) {
+      nlohmann::json out = {{"model", args->model},
+                            {"threads", args->threads},
+                            {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
+                            {"results", results}};
+      std::ofstream(args->json_out) << out.dump(2) << "\n";
+    }
+  });
+}
+
+const RegisterCommand reg("bench-decode",
+                          "Measure prompt processing (pp) and decode (tg) tokens/s at several context depths",
+                          setup);
+
+}  // namespace
+}  // namespace rkv::cli

@@ -1,0 +1,64 @@
+#include "common.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace rkv::cli {
+
+std::vector<int> parse_int_list(const std::string& text, const std::string& what) {
+  std::vector<int> out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    std::size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    std::string item = text.substr(i, j - i);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    if (!item.empty()) {
+      std::size_t used = 0;
+      long long v = 0;
+      try {
+        v = std::stoll(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != item.size() || v < -2147483648LL || v > 2147483647LL)
+        throw Error(what + ": '" + item + "' is not an integer");
+      out.push_back(static_cast<int>(v));
+    }
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string int_list_json(const std::vector<int>& values) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(values[i]);
+  }
+  s += ']';
+  return s;
+}
+
+void add_threads_option(CLI::App& app, int& threads) {
+  threads = default_thread_count();
+  add_flag_option(app, "-t,--threads", threads, "Number of CPU threads (default: all hardware threads)")
+      ->check(CLI::Range(1, 1024));
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+}  // namespace rkv::cli

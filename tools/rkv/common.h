@@ -1,0 +1,34 @@
+// Helpers shared by the subcommands: flags that several commands take, and small parsers.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+namespace rkv::cli {
+
+// Adds an option whose value can also come from the environment variable RKV_ARG_<NAME>
+// (the long name upper-cased, dashes as underscores), e.g. --threads and RKV_ARG_THREADS.
+template <typename T>
+CLI::Option* add_flag_option(CLI::App& app, const std::string& names, T& value, const std::string& help) {
+  CLI::Option* opt = app.add_option(names, value, help)->capture_default_str();
+  std::string env = opt->get_name(false, true);  // the long name without dashes
+  while (!env.empty() && env.front() == '-') env.erase(env.begin());
+  for (char& ch : env) ch = ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  opt->envname("RKV_ARG_" + env);
+  return opt;
+}
+
+// "1,2,3" -> {1,2,3}; throws rkv::Error naming `what` on anything else.
+std::vector<int> parse_int_list(const std::string& text, const std::string& what);
+
+// Prints a JSON list of ints on one line: [1,2,3]
+std::string int_list_json(const std::vector<int>& values);
+
+// -t/--threads with the default of all hardware threads.
+void add_threads_option(CLI::App& app, int& threads);
+
+// Human-readable byte count: "12.5 MiB".
+std::string format_bytes(double bytes);
+
+}  // namespace rkv::cli
