@@ -1,0 +1,117 @@
+// Sampling and stop strings against hand-worked expectations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+
+namespace rkv {
+namespace {
+
+std::vector<int> draw(const SamplingParams& p, const std::vector<float>& logits, int n) {
+  Sampler s(p);
+  std::vector<int> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> l = logits;
+    out.push_back(s.sample(l.data(), static_cast<int>(l.size())));
+  }
+  return out;
+}
+
+const std::vector<float> kLogits = {1.0f, 3.0f, 2.0f, 0.5f, 2.9f};
+
+TEST(Sampler, GreedyIsArgmax) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  for (int t : draw(p, kLogits, 5)) EXPECT_EQ(t, 1);
+}
+
+TEST(Sampler, SameSeedSameOutputDifferentSeedDiffers) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 1.0f;
+  p.seed = 42;
+  const auto a = draw(p, kLogits, 200), b = draw(p, kLogits, 200);
+  EXPECT_EQ(a, b);
+  p.seed = 43;
+  EXPECT_NE(a, draw(p, kLogits, 200));
+}
+
+TEST(Sampler, FrequenciesFollowTheSoftmax) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 1.0f;
+  p.seed = 7;
+  const int n = 20000;
+  std::map<int, int> counts;
+  for (int t : draw(p, kLogits, n)) ++counts[t];
+  double z = 0;
+  for (float l : kLogits) z += std::exp(l);
+  for (int i = 0; i < 5; ++i) {
+    const double expected = std::exp(kLogits[static_cast<std::size_t>(i)]) / z;
+    // 5 standard deviations of a binomial proportion.
+    EXPECT_NEAR(counts[i] / double(n), expected, 5 * std::sqrt(expected * (1 - expected) / n)) << "token " << i;
+  }
+}
+
+TEST(Sampler, TopKTopPMinPRestrictTheSupport) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 1.0f;
+  p.top_k = 2;  // tokens 1 and 4
+  for (int t : draw(p, kLogits, 300)) EXPECT_TRUE(t == 1 || t == 4) << t;
+  p.top_k = 0;
+  // Probabilities: 3.0 -> 0.350, 2.9 -> 0.317, 2.0 -> 0.129, 1.0 -> 0.047, 0.5 -> 0.029 (of e^x / Z
+  // with Z = sum e^x = 57.3). top-p 0.6 keeps the smallest prefix reaching 0.6: tokens 1 and 4.
+  p.top_p = 0.6f;
+  for (int t : draw(p, kLogits, 300)) EXPECT_TRUE(t == 1 || t == 4) << t;
+  p.top_p = 1.0f;
+  p.min_p = 0.3f;  // keep p >= 0.3 * 0.350: tokens 1, 4 and 2 (0.129)
+  std::map<int, int> seen;
+  for (int t : draw(p, kLogits, 600)) ++seen[t];
+  EXPECT_EQ(seen.size(), 3u);
+  EXPECT_GT(seen[2], 0);
+  EXPECT_EQ(seen.count(0) + seen.count(3), 0u);
+}
+
+TEST(Sampler, InvalidParametersAreRejected) {
+  SamplingParams p;
+  p.temperature = -1.0f;
+  EXPECT_THROW(Sampler{p}, Error);
+  p = {};
+  p.top_p = 0.0f;
+  EXPECT_THROW(Sampler{p}, Error);
+  p = {};
+  p.min_p = 1.0f;
+  EXPECT_THROW(Sampler{p}, Error);
+  p = {};
+  p.top_k = -2;
+  EXPECT_THROW(Sampler{p}, Error);
+}
+
+TEST(StopMatcher, HoldsBackPartialMatchesAndCutsAtTheStop) {
+  StopMatcher m({"</answer>", "STOP"});
+  EXPECT_EQ(m.push("The result is 4"), "The result is 4");
+  EXPECT_EQ(m.push(" </ans"), " ");  // "</ans" might begin "</answer>"
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(m.push("wer> trailing"), "");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.matched(), "</answer>");
+  EXPECT_EQ(m.push("more"), "");
+}
+
+TEST(StopMatcher, ReleasesHeldTextWhenItStopsMatching) {
+  StopMatcher m({"STOP"});
+  EXPECT_EQ(m.push("ST"), "");
+  EXPECT_EQ(m.push("AR"), "STAR");
+  EXPECT_EQ(m.push("S"), "");
+  EXPECT_EQ(m.flush(), "S");
+  StopMatcher none({});
+  EXPECT_EQ(none.push("anything"), "anything");
+}
+
+}  // namespace
+}  // namespace rkv
