@@ -1,7 +1,6 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
-#include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -20,45 +19,51 @@ int default_thread_count() {
 }
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_.store(true);
-    generation_.fetch_add(1);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_tasks() {
+void ThreadPool::run_tasks(Job& job) {
   for (;;) {
-    const std::size_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= n_tasks_) break;
-    (*fn_)(task);
+    const std::size_t task = job.next.fetch_add(1, std::memory_order_relaxed);
+    if (task >= job.n_tasks) break;
+    (*job.fn)(task);
   }
 }
 
-void ThreadPool::worker_loop(int /*index*/) {
+void ThreadPool::worker_loop() {
   std::uint64_t seen = 0;
   for (;;) {
-    // Spin for a while (about 50 microseconds), then sleep until the next generation.
-    std::uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < 20000; ++spin) {
-      RKV_CPU_RELAX();
-      gen = generation_.load(std::memory_order_acquire);
+    // Wait for a new job: spin (about 50 microseconds), then yield, then sleep.
+    int spins = 0;
+    while (job_id_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed)) {
+      if (++spins < 2000) {
+        RKV_CPU_RELAX();
+      } else if (spins < 2100) {
+        std::this_thread::yield();
+      } else {
+        std::unique_lock<std::mutex> lock(mutex_);
+        sleeping_.fetch_add(1);
+        wake_.wait(lock, [&] { return job_id_.load() != seen || stop_.load(); });
+        sleeping_.fetch_sub(1);
+      }
     }
-    if (gen == seen) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-      gen = generation_.load(std::memory_order_acquire);
-    }
-    seen = gen;
     if (stop_.load()) return;
-    run_tasks();
-    pending_workers_.fetch_sub(1, std::memory_order_acq_rel);
+    seen = job_id_.load(std::memory_order_acquire);
+    // Announce ourselves before looking at the job (the caller clears job_ and then waits for
+    // active_ to drop to zero, both sequentially consistent: a worker either sees the job and is
+    // waited for, or sees null and never touches it).
+    active_.fetch_add(1);
+    if (Job* job = job_.load(); job != nullptr) run_tasks(*job);
+    active_.fetch_sub(1);
   }
 }
 
@@ -68,19 +73,24 @@ void ThreadPool::parallel_for(std::size_t n_tasks, const std::function<void(std:
     for (std::size_t t = 0; t < n_tasks; ++t) fn(t);
     return;
   }
-  fn_ = &fn;
-  n_tasks_ = n_tasks;
-  next_task_.store(0, std::memory_order_relaxed);
-  pending_workers_.store(n_threads_ - 1, std::memory_order_relaxed);
-  {
-    // The lock orders the generation bump against a worker that is about to sleep.
-    std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+  Job job;
+  job.fn = &fn;
+  job.n_tasks = n_tasks;
+  job_.store(&job);
+  job_id_.fetch_add(1);
+  if (sleeping_.load() > 0) {
+    std::lock_guard<std::mutex> lock(mutex_);  // orders the bump against a worker going to sleep
+    wake_.notify_all();
   }
-  wake_.notify_all();
-  run_tasks();
-  while (pending_workers_.load(std::memory_order_acquire) != 0) RKV_CPU_RELAX();
-  fn_ = nullptr;
+  run_tasks(job);
+  job_.store(nullptr);
+  for (int spins = 0; active_.load() != 0; ++spins) {
+    if (spins < 4000) {
+      RKV_CPU_RELAX();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 void ThreadPool::parallel_ranges(std::size_t n, std::size_t align,
@@ -89,8 +99,8 @@ void ThreadPool::parallel_ranges(std::size_t n, std::size_t align,
   if (n == 0) return;
   align = std::max<std::size_t>(1, align);
   const std::size_t units = (n + align - 1) / align;
-  const std::size_t chunks =
-      std::min<std::size_t>(units, static_cast<std::size_t>(n_threads_ * std::max(1, chunks_per_thread)));
+  const std::size_t chunks = std::min<std::size_t>(
+      units, static_cast<std::size_t>(n_threads_ * std::max(1, chunks_per_thread)));
   const std::size_t per = units / chunks, extra = units % chunks;
   parallel_for(chunks, [&](std::size_t c) {
     const std::size_t u0 = c * per + std::min(c, extra);

@@ -1,11 +1,17 @@
 // A small fork-join pool for the kernels. Decode runs a few hundred parallel regions per token,
-// each a few microseconds long, so workers spin briefly on an atomic generation counter before
-// they sleep; waking through a condition variable alone would cost more than the work.
+// each a few microseconds long, so workers spin briefly before they sleep; waking through a
+// condition variable alone would cost more than the work.
+//
+// The caller never waits for a worker that has not started: tasks are claimed from a shared
+// counter, the calling thread claims them too, and it waits only for workers that are inside
+// the current job. On a machine whose cores are busy with other processes, a descheduled
+// worker therefore slows a region down by at most the task it holds.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -35,16 +41,20 @@ class ThreadPool {
                        int chunks_per_thread = 1);
 
  private:
-  void worker_loop(int index);
-  void run_tasks();
+  struct Job {
+    const std::function<void(std::size_t)>* fn;
+    std::size_t n_tasks;
+    std::atomic<std::size_t> next{0};
+  };
+  void worker_loop();
+  static void run_tasks(Job& job);
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  std::atomic<std::uint64_t> generation_{0};
-  std::atomic<std::size_t> next_task_{0};
-  std::atomic<int> pending_workers_{0};
-  std::size_t n_tasks_ = 0;
-  const std::function<void(std::size_t)>* fn_ = nullptr;
+  std::atomic<Job*> job_{nullptr};         // the job in progress, null between jobs
+  std::atomic<std::uint64_t> job_id_{0};   // bumped for every job
+  std::atomic<int> active_{0};             // workers that may be touching job_
+  std::atomic<int> sleeping_{0};
   std::atomic<bool> stop_{false};
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -21,7 +21,8 @@ double GenerateStats::prefill_tokens_per_second() const {
 }
 
 void prefill(const Model& model, KvCache& cache, std::span<const int> tokens, int first_position,
-             int chunk, ForwardScratch& scratch, ThreadPool& pool, float* last_logits) {
+             int chunk, ForwardScratch& scratch, ThreadPool& pool, float* last_logits,
+             ForwardObserver* observer) {
   std::vector<ForwardRow> rows;
   chunk = std::max(1, chunk);
   for (std::size_t begin = 0; begin < tokens.size(); begin += static_cast<std::size_t>(chunk)) {
@@ -30,7 +31,7 @@ void prefill(const Model& model, KvCache& cache, std::span<const int> tokens, in
     for (std::size_t i = begin; i < end; ++i)
       rows.push_back({&cache, tokens[i], first_position + static_cast<int>(i),
                       last_logits != nullptr && i + 1 == tokens.size()});
-    model.forward(rows, scratch, pool, last_logits);
+    model.forward(rows, scratch, pool, last_logits, observer);
   }
 }
 
@@ -51,15 +52,23 @@ GenerateStats Generator::generate(std::span<const int> prompt, const GenerateOpt
                 std::to_string(context) + " tokens (raise --ctx-size or shorten the prompt)");
   const int max_new = std::min(options.max_new_tokens, context - n_prompt);
 
-  KvCache cache(model_.cache_shape(n_prompt + std::max(1, max_new), 0));
+  SequenceCompressor compressor(options.compression, options.compression_vocab);
+  if (options.on_compression) compressor.set_listener(options.on_compression);
+  KvCache cache(model_.cache_shape(compressor.cache_capacity(n_prompt, max_new), compressor.window()));
+  compressor.init_cache(cache);
+  CompressionObserver observer(&pool_);
+  observer.attach(&cache, &compressor);
   GenerateStats stats;
   stats.prompt_tokens = n_prompt;
   stats.kv_bytes_allocated = cache.allocated_kv_bytes();
+  stats.cache_capacity = cache.capacity();
   std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
   Sampler sampler(options.sampling);
 
   auto t0 = std::chrono::steady_clock::now();
-  prefill(model_, cache, prompt, 0, options.prefill_chunk, scratch_, pool_, logits.data());
+  prefill(model_, cache, prompt, 0, options.prefill_chunk, scratch_, pool_, logits.data(), &observer);
+  compressor.compress_after_prefill(cache, n_prompt, &pool_);
+  stats.max_cache_entries = cache.length(0);
   stats.prefill_seconds = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
@@ -78,11 +87,15 @@ GenerateStats Generator::generate(std::span<const int> prompt, const GenerateOpt
       break;
     }
     if (step + 1 == max_new) break;  // the last token needs no forward pass
+    compressor.begin_decode_step(token, position, cache);
     ForwardRow row{&cache, token, position++, true};
-    model_.forward({&row, 1}, scratch_, pool_, logits.data());
+    model_.forward({&row, 1}, scratch_, pool_, logits.data(), &observer);
+    stats.max_cache_entries = std::max(stats.max_cache_entries, cache.length(0));
   }
   stats.decode_seconds = seconds_since(t0);
   stats.kv_bytes_used = cache.used_kv_bytes();
+  stats.compressions = compressor.compressions();
+  stats.compression_seconds = compressor.compression_seconds();
   return stats;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/kv_compressor.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 
@@ -22,6 +23,10 @@ struct GenerateOptions {
   bool ignore_eos = false;
   int context_size = 0;      // 0: the model's max_position_embeddings
   int prefill_chunk = 512;   // prompt tokens per forward pass
+  // KV compression (default: fullkv, no eviction) and the token ids its triggers need.
+  CompressionParams compression = CompressionParams::defaults(Method::fullkv);
+  CompressionVocab compression_vocab;
+  CompressionListener on_compression;  // observes every compression (traces, case dumps)
 };
 
 struct GenerateStats {
@@ -32,6 +37,10 @@ struct GenerateStats {
   std::size_t kv_bytes_allocated = 0;  // the sequence's cache at capacity
   std::size_t kv_bytes_used = 0;       // entries held at the end
   std::string stop_reason;             // "eos", "length", "stopped" (by the callback)
+  int cache_capacity = 0;              // entries per (layer, KV head)
+  int max_cache_entries = 0;           // most entries a head held after any step
+  std::int64_t compressions = 0;       // layer compressions performed
+  double compression_seconds = 0.0;
   double decode_tokens_per_second() const;
   double prefill_tokens_per_second() const;
 };
@@ -55,6 +64,7 @@ class Generator {
 // Runs `tokens` through the model in chunks of `chunk` rows (positions start at
 // `first_position`); writes the logits of the last token to `last_logits` when not null.
 void prefill(const Model& model, KvCache& cache, std::span<const int> tokens, int first_position,
-             int chunk, ForwardScratch& scratch, ThreadPool& pool, float* last_logits);
+             int chunk, ForwardScratch& scratch, ThreadPool& pool, float* last_logits,
+             ForwardObserver* observer = nullptr);
 
 }  // namespace rkv

@@ -24,8 +24,7 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
   ring_next_.assign(static_cast<std::size_t>(shape.layers), 0);
 }
 
-void KvCache::append(int layer, const float* k, const float* v, std::int32_t position,
-                     float initial_state) {
+void KvCache::append(int layer, const float* k, const float* v, std::int32_t position) {
   int& len = lengths_[static_cast<std::size_t>(layer)];
   if (len >= shape_.capacity)
     throw Error("KV cache is full (" + std::to_string(shape_.capacity) +
@@ -35,7 +34,7 @@ void KvCache::append(int layer, const float* k, const float* v, std::int32_t pos
     std::memcpy(keys(layer, h) + static_cast<std::size_t>(len) * d, k + h * d, d * sizeof(float));
     std::memcpy(values(layer, h) + static_cast<std::size_t>(len) * d, v + h * d, d * sizeof(float));
     positions(layer, h)[len] = position;
-    state(layer, h)[len] = initial_state;
+    state(layer, h)[len] = initial_state_;
   }
   ++len;
 }

@@ -49,8 +49,12 @@ class KvCache {
   const float* state(int layer, int head) const { return state_.data() + offset(layer, head); }
 
   // Appends one token to every KV head of `layer`: k and v are [kv_heads][head_dim]. Its policy
-  // state starts at `initial_state`. Throws rkv::Error when the layer is full.
-  void append(int layer, const float* k, const float* v, std::int32_t position, float initial_state);
+  // state starts at initial_state(). Throws rkv::Error when the layer is full.
+  void append(int layer, const float* k, const float* v, std::int32_t position);
+
+  // The policy state of a new entry (0 for accumulators, kNoState for G-KV's "no score yet").
+  float initial_state() const { return initial_state_; }
+  void set_initial_state(float value) { initial_state_ = value; }
 
   // The single place that moves cache memory after a compression (plan, then apply): keeps, for
   // every KV head of `layer`, the entries kept[h] (ascending indices, the same count for every
@@ -85,6 +89,7 @@ class KvCache {
   std::vector<float> ring_;               // [layers][window][q_heads][head_dim]
   std::vector<int> ring_count_;           // [layers] queries held (<= window)
   std::vector<int> ring_next_;            // [layers] slot the next query goes to
+  float initial_state_ = 0.0f;
 };
 
 }  // namespace rkv

@@ -50,8 +50,9 @@ class ForwardObserver {
   // Whether attention should hand back its probabilities (H2O accumulation).
   virtual bool wants_attention_probs() const { return false; }
   // Attention probabilities of row r, layer, KV head: [G][n] for the cache's first n entries.
-  virtual void attention_probs(int layer, std::size_t row, int kv_head, const float* probs, int G,
-                               int n) {}
+  // Called from worker threads, one call per (row, KV head), never twice for the same pair.
+  virtual void attention_probs(int layer, std::span<const ForwardRow> rows, std::size_t row, int kv_head,
+                               const float* probs, int G, int n) {}
 };
 
 // Scratch buffers of a forward pass, reused between calls to avoid allocation per token.

@@ -131,7 +131,7 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
       }
     }
     for (std::size_t r = 0; r < T; ++r) {
-      rows[r].cache->append(l, s.k.data() + r * KD, s.v.data() + r * KD, rows[r].position, 0.0f);
+      rows[r].cache->append(l, s.k.data() + r * KD, s.v.data() + r * KD, rows[r].position);
       rows[r].cache->push_query(l, s.q.data() + r * QD);
     }
     if (observer != nullptr) observer->after_kv_append(l, rows);
@@ -141,17 +141,33 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
       const bool last_of_seq = r + 1 == T || rows[r + 1].cache != rows[r].cache;
       visible[r] = last_of_seq ? rows[r].cache->length(l) : visible[r + 1] - 1;
     }
-    pool.parallel_for(T * static_cast<std::size_t>(Hkv), [&](std::size_t task) {
-      const std::size_t r = task / static_cast<std::size_t>(Hkv);
-      const int h = static_cast<int>(task % static_cast<std::size_t>(Hkv));
+    auto attend = [&](std::size_t r, int h) {
       const int n = visible[r];
       thread_local std::vector<float> probs;
       probs.resize(static_cast<std::size_t>(G) * static_cast<std::size_t>(n));
-      attention(s.q.data() + r * QD + static_cast<std::size_t>(h) * G * D, G, D,
-                rows[r].cache->keys(l, h), rows[r].cache->values(l, h), n, scale,
-                s.attn.data() + r * QD + static_cast<std::size_t>(h) * G * D, probs.data());
-      if (want_probs) observer->attention_probs(l, r, h, probs.data(), G, n);
-    });
+      attention(s.q.data() + r * QD + static_cast<std::size_t>(h) * G * D, G, D, rows[r].cache->keys(l, h),
+                rows[r].cache->values(l, h), n, scale, s.attn.data() + r * QD + static_cast<std::size_t>(h) * G * D,
+                probs.data());
+      if (want_probs) observer->attention_probs(l, rows, r, h, probs.data(), G, n);
+    };
+    if (!want_probs) {
+      pool.parallel_for(T * static_cast<std::size_t>(Hkv), [&](std::size_t task) {
+        attend(task / static_cast<std::size_t>(Hkv), static_cast<int>(task % static_cast<std::size_t>(Hkv)));
+      });
+    } else {
+      // The observer accumulates into per-(sequence, head) arrays: one task per (sequence, KV
+      // head) runs that sequence's rows in order, so no two threads touch the same array.
+      std::vector<std::size_t> seq_begin;
+      for (std::size_t r = 0; r < T; ++r)
+        if (r == 0 || rows[r].cache != rows[r - 1].cache) seq_begin.push_back(r);
+      seq_begin.push_back(T);
+      const std::size_t n_seq = seq_begin.size() - 1;
+      pool.parallel_for(n_seq * static_cast<std::size_t>(Hkv), [&](std::size_t task) {
+        const std::size_t sq = task / static_cast<std::size_t>(Hkv);
+        const int h = static_cast<int>(task % static_cast<std::size_t>(Hkv));
+        for (std::size_t r = seq_begin[sq]; r < seq_begin[sq + 1]; ++r) attend(r, h);
+      });
+    }
     kernels::matmul(s.attn.data(), T, w.o, s.xn.data(), pool);
     for (std::size_t i = 0; i < T * H; ++i) s.x[i] += s.xn[i];
 

@@ -1,0 +1,18 @@
+#include "engine/compression_vocab.h"
+
+#include <algorithm>
+
+namespace rkv {
+
+CompressionVocab compression_vocab(const Tokenizer& tokenizer) {
+  CompressionVocab vocab;
+  for (const char* text : {"\n", ".\n", ")\n", "\n\n", ".\n\n", ")\n\n"}) {
+    const auto ids = tokenizer.encode(text, false);
+    if (ids.size() == 1 && std::find(vocab.newline_ids.begin(), vocab.newline_ids.end(), ids[0]) == vocab.newline_ids.end())
+      vocab.newline_ids.push_back(ids[0]);
+  }
+  vocab.think_end_id = tokenizer.token_id("</think>");
+  return vocab;
+}
+
+}  // namespace rkv

@@ -1,0 +1,13 @@
+// The token ids compression triggers need, looked up from a tokenizer.
+#pragma once
+
+#include "engine/kv_compressor.h"
+#include "rkv/tokenizer.h"
+
+namespace rkv {
+
+// newline_ids: the tokens that are exactly one of the line breaks of ALGORITHMS.md 1
+// (`\n`, `.\n`, `)\n`, `\n\n`, `.\n\n`, `)\n\n`); think_end_id: `</think>` (-1 if absent).
+CompressionVocab compression_vocab(const Tokenizer& tokenizer);
+
+}  // namespace rkv

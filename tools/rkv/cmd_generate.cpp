@@ -1,0 +1,184 @@
+// rkv generate: streams a completion of a prompt (or of a chat turn) to stdout.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "command.h"
+#include "common.h"
+#include "kv_options.h"
+#include "core/error.h"
+#include "engine/compression_trace.h"
+#include "engine/compression_vocab.h"
+#include "engine/generator.h"
+#include "engine/stop_matcher.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "rkv/chat_template.h"
+#include "rkv/tokenizer.h"
+
+namespace rkv::cli {
+namespace {
+
+struct Args {
+  std::string model;
+  std::string tokenizer;
+  std::string prompt;
+  std::string prompt_file;
+  std::string prompt_ids;
+  bool chat = false;
+  std::string chat_template;
+  std::string system;
+  int n_predict = 256;
+  float temperature = 0.6f;
+  int top_k = 0;
+  float top_p = 0.95f;
+  float min_p = 0.0f;
+  long long seed = -1;
+  std::vector<std::string> stops;
+  bool ignore_eos = false;
+  int ctx_size = 0;
+  int threads = 1;
+  bool print_ids = false;
+  std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
+  std::string trace;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open the prompt file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void run(const Args& a) {
+  const int sources = !a.prompt.empty() + !a.prompt_file.empty() + !a.prompt_ids.empty();
+  if (sources != 1) throw Error("give exactly one of --prompt, --file or --prompt-ids");
+  if (!a.prompt_ids.empty() && a.chat) throw Error("--chat needs a text prompt, not --prompt-ids");
+
+  auto model = Model::load(a.model);
+  const ModelConfig& c = model->config();
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<int> prompt;
+  if (!a.prompt_ids.empty()) {
+    prompt = parse_int_list(a.prompt_ids, "--prompt-ids");
+    // Text output still needs a tokenizer; token ids alone (--print-ids) do not.
+    if (!a.print_ids) tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
+  } else {
+    tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
+    std::string text = a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file);
+    if (a.chat) {
+      const ChatTemplate chat_template = resolve_chat_template(*tokenizer, a.chat_template);
+      std::vector<ChatMessage> messages;
+      if (!a.system.empty()) messages.push_back({"system", a.system});
+      messages.push_back({"user", text});
+      text = render_chat(chat_template, messages, true);
+    }
+    const auto ids = tokenizer->encode(text, true);
+    prompt.assign(ids.begin(), ids.end());
+  }
+
+  GenerateOptions options;
+  options.max_new_tokens = a.n_predict;
+  options.sampling.temperature = a.temperature;
+  options.sampling.top_k = a.top_k;
+  options.sampling.top_p = a.top_p;
+  options.sampling.min_p = a.min_p;
+  options.sampling.seed = a.seed >= 0 ? static_cast<std::uint64_t>(a.seed) : std::random_device{}();
+  options.ignore_eos = a.ignore_eos;
+  options.context_size = a.ctx_size;
+  options.eos_ids = c.eos_token_ids;
+  if (tokenizer)
+    for (int id : tokenizer->eos_ids())
+      if (std::find(options.eos_ids.begin(), options.eos_ids.end(), id) == options.eos_ids.end()) options.eos_ids.push_back(id);
+
+  options.compression = a.kv->params();
+  if (tokenizer) options.compression_vocab = compression_vocab(*tokenizer);
+  if (options.compression.trigger == Trigger::newline && options.compression_vocab.newline_ids.empty())
+    throw Error("--kv-trigger newline needs the tokenizer's line-break tokens, and none were found");
+  if (options.compression.think_only && options.compression_vocab.think_end_id < 0)
+    throw Error("--kv-think-only needs a </think> token, and the tokenizer has none");
+  std::unique_ptr<CompressionTrace> trace;
+  if (!a.trace.empty()) {
+    trace = std::make_unique<CompressionTrace>(a.trace);
+    options.on_compression = [&trace](const CompressionEvent& e) { trace->record(e); };
+  }
+
+  ThreadPool pool(a.threads);
+  Generator generator(*model, pool);
+  std::vector<int> generated;
+  StopMatcher stops(a.stops);
+  std::unique_ptr<StreamingDecoder> decoder;
+  if (tokenizer && !a.print_ids) decoder = std::make_unique<StreamingDecoder>(*tokenizer);
+  const bool need_text = decoder != nullptr;
+  if (!a.stops.empty() && !need_text && !tokenizer)
+    throw Error("--stop needs text: give a tokenizer (the model directory's) or drop --print-ids");
+
+  GenerateStats stats = generator.generate(prompt, options, [&](int token) {
+    generated.push_back(token);
+    if (!need_text) return true;
+    const std::string out = stops.push(decoder->push(token));
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fflush(stdout);
+    return !stops.stopped();
+  });
+  if (need_text && !stops.stopped()) {
+    const std::string tail = stops.push(decoder->flush()) + stops.flush();
+    std::fwrite(tail.data(), 1, tail.size(), stdout);
+  }
+  if (a.print_ids) {
+    std::printf("%s\n", int_list_json(generated).c_str());
+  } else {
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "[rkv] prompt tokens: %d, generated tokens: %d, prefill: %.2f tokens/s, decode: %.2f tokens/s, "
+               "stop: %s, KV cache: %zu bytes (%s; %d entries per head, %s, %lld compressions), seed: %llu\n",
+               stats.prompt_tokens, stats.generated_tokens, stats.prefill_tokens_per_second(),
+               stats.decode_tokens_per_second(), stats.stop_reason.c_str(), stats.kv_bytes_allocated,
+               format_bytes(static_cast<double>(stats.kv_bytes_allocated)).c_str(), stats.cache_capacity,
+               std::string(method_name(options.compression.method)).c_str(),
+               static_cast<long long>(stats.compressions), static_cast<unsigned long long>(options.sampling.seed));
+}
+
+void setup(CLI::App& app) {
+  auto a = std::make_shared<Args>();
+  add_flag_option(app, "-m,--model", a->model, "Model directory: config.json, *.safetensors and tokenizer files")
+      ->required();
+  add_flag_option(app, "--tokenizer", a->tokenizer, "Tokenizer directory (default: the model directory)");
+  add_flag_option(app, "-p,--prompt", a->prompt, "Prompt text");
+  add_flag_option(app, "-f,--file", a->prompt_file, "Read the prompt text from this file");
+  add_flag_option(app, "--prompt-ids", a->prompt_ids, "Start from these comma-separated token ids instead of text");
+  app.add_flag("--chat", a->chat, "Wrap the prompt as a user turn in the model's chat template")
+      ->envname("RKV_ARG_CHAT");
+  add_flag_option(app, "--chat-template", a->chat_template,
+                  "Override the chat template: deepseek-r1, chatml, qwen3, qwen3-nothink, llama3 or raw "
+                  "(default: detected from tokenizer_config.json)");
+  add_flag_option(app, "--system", a->system, "System message for --chat");
+  add_flag_option(app, "-n,--predict,--max-new-tokens", a->n_predict, "Maximum number of tokens to generate")
+      ->check(CLI::NonNegativeNumber);
+  add_flag_option(app, "--temp,--temperature", a->temperature, "Sampling temperature; 0 is greedy");
+  add_flag_option(app, "--top-k", a->top_k, "Keep only the k most likely tokens (0: off)");
+  add_flag_option(app, "--top-p", a->top_p, "Nucleus sampling: keep the smallest set with this mass (1: off)");
+  add_flag_option(app, "--min-p", a->min_p, "Drop tokens below min-p times the best token's probability (0: off)");
+  add_flag_option(app, "-s,--seed", a->seed, "Random seed; the same seed gives the same output (-1: random)");
+  app.add_option("--stop", a->stops, "Stop when the output contains this text (repeatable); it is not printed");
+  app.add_flag("--ignore-eos", a->ignore_eos, "Keep generating after an end-of-sequence token");
+  add_flag_option(app, "-c,--ctx-size", a->ctx_size, "Context size in tokens (0: the model's maximum)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--print-ids", a->print_ids, "Print the generated token ids as a JSON list instead of text");
+  add_threads_option(app, a->threads);
+  add_kv_options(app, a->kv);
+  add_flag_option(app, "--trace", a->trace,
+                  "Write one JSON line per compression and KV head (kept positions, score summaries) to this file")
+      ->group("KV compression");
+  app.callback([a] { run(*a); });
+}
+
+const RegisterCommand reg("generate", "Generate text from a prompt, streaming it as it is produced", setup);
+
+}  // namespace
+}  // namespace rkv::cli
