@@ -1,0 +1,116 @@
+// End-to-end invariants of decode-time compression on small checkpoints (ALGORITHMS.md 1):
+// with a budget that holds everything, every method generates exactly the fullkv tokens; with
+// small budgets the cache never exceeds budget + buffer, is exactly `budget` long after every
+// compression, keeps the window, and keeps positions strictly increasing within each head.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "engine/generator.h"
+#include "model/model.h"
+#include "test_util.h"
+
+namespace rkv {
+namespace {
+
+std::vector<int> greedy(const Model& model, const std::vector<int>& prompt, int n, const CompressionParams& params,
+                        const CompressionListener& listener = {}, GenerateStats* stats_out = nullptr) {
+  ThreadPool pool(2);
+  Generator generator(model, pool);
+  GenerateOptions options;
+  options.max_new_tokens = n;
+  options.sampling.temperature = 0.0f;
+  options.ignore_eos = true;
+  options.compression = params;
+  options.on_compression = listener;
+  std::vector<int> out;
+  const GenerateStats stats = generator.generate(prompt, options, [&](int t) {
+    out.push_back(t);
+    return true;
+  });
+  if (stats_out) *stats_out = stats;
+  return out;
+}
+
+CompressionParams preset(const std::string& method, int budget, int buffer, int window) {
+  CompressionParams p = CompressionParams::defaults(parse_method(method));
+  p.budget = budget;
+  p.buffer = buffer;
+  p.window = window;
+  if (p.sinks >= budget) p.sinks = 2;
+  return p;
+}
+
+const std::vector<std::string> kMethods = {"streamingllm", "h2o", "snapkv", "rkv", "gkv"};
+
+class EngineCompression : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto shared = test::shared_dir();
+    if (shared.empty()) GTEST_SKIP() << "../shared (the golden checkpoints) is not beside the repository";
+    model_ = Model::load(shared / "golden/models/qwen2_bias_f32");
+    for (int i = 0; i < 20; ++i) prompt_.push_back(3 + (i * 37) % 500);
+  }
+  std::unique_ptr<Model> model_;
+  std::vector<int> prompt_;
+};
+
+TEST_F(EngineCompression, LargeBudgetGivesTheFullKvTokens) {
+  const int n = 60;
+  const auto reference = greedy(*model_, prompt_, n, CompressionParams::defaults(Method::fullkv));
+  for (const auto& method : kMethods) {
+    const auto got = greedy(*model_, prompt_, n, preset(method, 128, 16, 8));
+    EXPECT_EQ(got, reference) << method;
+  }
+}
+
+TEST_F(EngineCompression, SmallBudgetsKeepTheInvariants) {
+  const int budget = 24, buffer = 8, window = 4, n = 100;
+  for (const auto& method : kMethods) {
+    SCOPED_TRACE(method);
+    int events = 0;
+    auto listener = [&](const CompressionEvent& e) {
+      ++events;
+      ASSERT_LE(e.n_before, budget + buffer);
+      const auto& kept = e.selection->kept;
+      for (std::size_t h = 0; h < kept.size(); ++h) {
+        ASSERT_EQ(static_cast<int>(kept[h].size()), budget) << "head " << h;
+        const std::int32_t* pos = e.cache->positions(e.layer, static_cast<int>(h));
+        for (std::size_t i = 1; i < kept[h].size(); ++i)
+          ASSERT_LT(pos[kept[h][i - 1]], pos[kept[h][i]]) << "positions must stay strictly increasing";
+        // The window (the newest `window` entries) is always kept.
+        const std::set<std::int32_t> kept_set(kept[h].begin(), kept[h].end());
+        for (int w = 0; w < window; ++w) ASSERT_TRUE(kept_set.count(e.n_before - 1 - w)) << "window entry " << w;
+      }
+    };
+    GenerateStats stats;
+    const auto tokens = greedy(*model_, prompt_, n, preset(method, budget, buffer, window), listener, &stats);
+    EXPECT_EQ(static_cast<int>(tokens.size()), n);
+    EXPECT_GT(events, 0);
+    // Memory is fixed up front and never grows with the generation.
+    EXPECT_EQ(stats.cache_capacity, budget + buffer);
+    EXPECT_LE(stats.max_cache_entries, budget + buffer);
+    EXPECT_EQ(stats.kv_bytes_allocated,
+              static_cast<std::size_t>(2 * model_->config().num_layers * model_->config().num_kv_heads *
+                                       (budget + buffer) * model_->config().head_dim * 4));
+  }
+}
+
+TEST_F(EngineCompression, LongPromptIsCompressedAtTheEndOfPrefill) {
+  std::vector<int> long_prompt;
+  for (int i = 0; i < 50; ++i) long_prompt.push_back(3 + (i * 53) % 500);
+  std::vector<std::int64_t> steps;
+  auto listener = [&](const CompressionEvent& e) { steps.push_back(e.step); };
+  GenerateStats stats;
+  greedy(*model_, long_prompt, 5, preset("rkv", 16, 8, 4), listener, &stats);
+  ASSERT_FALSE(steps.empty());
+  // One compression per layer right after prefill (at 50 tokens), then at multiples of the buffer.
+  EXPECT_EQ(steps[0], 50);
+  EXPECT_EQ(stats.cache_capacity, 50);  // the prompt is held whole until prefill ends
+  EXPECT_EQ(std::count(steps.begin(), steps.end(), 50), model_->config().num_layers);
+  for (auto s : steps) EXPECT_TRUE(s == 50 || s % 8 == 0) << s;
+}
+
+}  // namespace
+}  // namespace rkv
