@@ -299,7 +299,10 @@ void write_random_checkpoint(const std::filesystem::path& dir, const RandomCheck
   };
   add("model.embed_tokens.weight", {V, H}, 0.0f, std::sqrt(3.0f));
   if (!c.tie_word_embeddings) linear("lm_head.weight", V, H);
-  add("model.norm.weight", {H}, 1.0f, 0.25f);
+  // A tied model whose final norm is all positive mostly repeats its last token (the output
+  // projection is the embedding); mixed signs, as in the golden checkpoints, avoid that.
+  if (c.tie_word_embeddings) add("model.norm.weight", {H}, 0.0f, std::sqrt(3.0f));
+  else add("model.norm.weight", {H}, 1.0f, 0.25f);
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     linear(p + "self_attn.q_proj.weight", QD, H);
