@@ -6,11 +6,18 @@
 
 namespace rkv::kernels {
 
-// Defined in the per-ISA translation units (matmul_avx2.cpp, ...). Weak so that a build without
-// one of them still links; matmul_rows_for() then reports it missing.
-MatmulRowsFn matmul_rows_avx2_fn() __attribute__((weak));
-MatmulRowsFn matmul_rows_avx512_fn() __attribute__((weak));
-MatmulRowsFn matmul_rows_avx512bf16_fn() __attribute__((weak));
+// Defined in the per-ISA translation units (matmul_avx2.cpp, ...), which are compiled on x86-64
+// only (CMakeLists.txt). The references must be strong: a weak one would not pull those members
+// out of the static library, and the program would silently run the reference kernel.
+#if defined(__x86_64__)
+MatmulRowsFn matmul_rows_avx2_fn();
+MatmulRowsFn matmul_rows_avx512_fn();
+MatmulRowsFn matmul_rows_avx512bf16_fn();
+#else
+static MatmulRowsFn matmul_rows_avx2_fn() { return nullptr; }
+static MatmulRowsFn matmul_rows_avx512_fn() { return nullptr; }
+static MatmulRowsFn matmul_rows_avx512bf16_fn() { return nullptr; }
+#endif
 
 std::string_view isa_name(Isa isa) {
   switch (isa) {
@@ -31,11 +38,11 @@ MatmulRowsFn matmul_rows_for(Isa isa) {
     case Isa::Reference:
       return &matmul_rows_reference;
     case Isa::Avx2:
-      return matmul_rows_avx2_fn ? matmul_rows_avx2_fn() : nullptr;
+      return matmul_rows_avx2_fn();
     case Isa::Avx512:
-      return matmul_rows_avx512_fn ? matmul_rows_avx512_fn() : nullptr;
+      return matmul_rows_avx512_fn();
     case Isa::Avx512Bf16:
-      return matmul_rows_avx512bf16_fn ? matmul_rows_avx512bf16_fn() : nullptr;
+      return matmul_rows_avx512bf16_fn();
   }
   return nullptr;
 }

@@ -1,0 +1,108 @@
+// Matmul micro-benchmarks on the Qwen2.5-0.5B shapes (hidden 896, intermediate 4864, 14 q heads
+// and 2 kv heads of dim 64, vocab 151936), bf16 weights, per instruction set and thread count.
+//
+// T=1 (decode) reports GB/s of weights streamed. The weights of one token do not fit in cache,
+// so every benchmark cycles through enough copies of its matrix (>= 256 MiB in all) that each
+// call reads its weights from memory, as decode does. T=512 (prefill) reports GFLOP/s.
+//
+//   rkv_bench --benchmark_filter=Matmul --benchmark_repetitions=3
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+
+namespace {
+
+using rkv::DType;
+using rkv::kernels::Isa;
+using rkv::kernels::WeightView;
+
+struct Shape {
+  const char* name;
+  std::size_t n, k;
+};
+
+constexpr Shape kShapes[] = {
+    {"q_proj", 896, 896}, {"kv_proj", 128, 896},    {"gate", 4864, 896},
+    {"down", 896, 4864},  {"lm_head", 151936, 896},
+};
+
+constexpr std::size_t kColdBytes = std::size_t{256} << 20;
+
+// Runs one ISA's row kernel over a pool, split as kernels::matmul splits it.
+void run(rkv::kernels::MatmulRowsFn fn, const float* x, std::size_t T, const WeightView& w,
+         float* y, rkv::ThreadPool& pool) {
+  pool.parallel_ranges(
+      w.rows, 16, [&](std::size_t n0, std::size_t n1) { fn(x, T, w, n0, n1, y, w.rows); }, 4);
+}
+
+void BM_Matmul(benchmark::State& state, Isa isa, Shape shape, std::size_t T, int threads) {
+  if (!rkv::kernels::isa_supported(isa)) {
+    state.SkipWithError("ISA not supported on this CPU");
+    return;
+  }
+  const rkv::kernels::MatmulRowsFn fn = rkv::kernels::matmul_rows_for(isa);
+  const std::size_t elems = shape.n * shape.k;
+  const std::size_t bytes = elems * 2;
+  const std::size_t copies = T == 1 ? std::max<std::size_t>(1, kColdBytes / bytes) : 1;
+  std::vector<std::uint16_t> weights(elems * copies);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  for (std::size_t i = 0; i < elems; ++i) weights[i] = rkv::f32_to_bf16(dist(rng));
+  for (std::size_t c = 1; c < copies; ++c)
+    std::memcpy(weights.data() + c * elems, weights.data(), bytes);
+  std::vector<float> x(T * shape.k), y(T * shape.n);
+  std::normal_distribution<float> xd(0.0f, 1.0f);
+  for (float& v : x) v = xd(rng);
+  rkv::ThreadPool pool(threads);
+  std::size_t c = 0;
+  for (auto _ : state) {
+    const WeightView w{weights.data() + c * elems, DType::BF16, shape.n, shape.k};
+    run(fn, x.data(), T, w, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    if (++c == copies) c = 0;
+  }
+  const double iters = static_cast<double>(state.iterations());
+  if (T == 1) {
+    state.counters["GB/s"] =
+        benchmark::Counter(static_cast<double>(bytes) * iters * 1e-9, benchmark::Counter::kIsRate);
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(elems) * static_cast<double>(T) * iters * 1e-9,
+                         benchmark::Counter::kIsRate);
+}
+
+int register_benchmarks() {
+  for (std::size_t T : {std::size_t{1}, std::size_t{512}}) {
+    for (const Shape& s : kShapes) {
+      for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
+        if (isa == Isa::Reference && T != 1) continue;  // minutes per call
+        for (int threads : {1, 2}) {
+          const std::string name = std::string("Matmul/") + s.name + "/T" + std::to_string(T) +
+                                   "/" + std::string(rkv::kernels::isa_name(isa)) +
+                                   "/threads:" + std::to_string(threads);
+          auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, isa, s, T, threads);
+          b->Unit(benchmark::kMicrosecond)->UseRealTime();
+          if (T == 512 && s.n > 100000) b->Iterations(2);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+const int registered = register_benchmarks();
+
+}  // namespace
+
+BENCHMARK_MAIN();

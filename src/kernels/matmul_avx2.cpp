@@ -1,0 +1,331 @@
+// AVX2 + FMA + F16C matmul row kernels (f32 FMA for every weight dtype; bf16 and f16 are
+// upcast exactly: bf16 by zero-extending to 32 bits and shifting left 16, f16 by vcvtph2ps).
+//
+//  * decode (T < kGemmMinT): GEMV over the weights in their natural [N][K] layout, R rows x TT
+//    inputs of independent accumulators, four horizontal sums at once at the end.
+//  * prefill: blocked GEMM; a panel of 16 weight rows x kKc columns is converted to f32 and
+//    transposed (8x8 register transposes) into [k][16], then reused by a 6 x 16 outer-product
+//    micro-kernel for every block of input rows.
+//
+// Everything here has internal linkage and uses no out-of-line library templates, so no code
+// compiled with -mavx2 can be picked by the linker for another translation unit.
+
+// GCC 12's _mm*_undefined_*() (used inside some intrinsics) trip -Wuninitialized after inlining.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "kernels/kernels.h"
+
+namespace rkv::kernels {
+
+MatmulRowsFn matmul_rows_avx2_fn();
+
+namespace {
+
+constexpr std::size_t kGemmMinT = 8;  // T at which the packed GEMM beats the GEMV
+constexpr std::size_t kKc = 256;      // K block of the GEMM (multiple of 8)
+constexpr int kMr = 6;                // input rows per GEMM micro-kernel
+constexpr std::size_t kPrefetchBytes = 512;
+
+constexpr std::size_t min_sz(std::size_t a, std::size_t b) {
+  return a < b ? a : b;
+}
+
+template <DType D>
+constexpr std::size_t elem_size() {
+  return D == DType::F32 ? 4 : 2;
+}
+
+// One weight as f32 (scalar tails).
+template <DType D>
+inline float load1(const void* row, std::size_t k) {
+  if constexpr (D == DType::F32) {
+    return static_cast<const float*>(row)[k];
+  } else {
+    const std::uint16_t h = static_cast<const std::uint16_t*>(row)[k];
+    if constexpr (D == DType::BF16) {
+      const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    } else {
+      return _cvtsh_ss(h);
+    }
+  }
+}
+
+// 8 consecutive weights of a row as f32.
+template <DType D>
+inline __m256 load8(const void* row, std::size_t k) {
+  if constexpr (D == DType::F32) {
+    return _mm256_loadu_ps(static_cast<const float*>(row) + k);
+  } else {
+    const __m128i h = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(row) + k));
+    if constexpr (D == DType::BF16) {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm256_cvtph_ps(h);
+    }
+  }
+}
+
+// Weights k .. k + n - 1 (n < 8) of a row as f32, zero beyond.
+template <DType D>
+inline __m256 load8_partial(const void* row, std::size_t k, std::size_t n) {
+  alignas(32) float tmp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (std::size_t i = 0; i < n; ++i) tmp[i] = load1<D>(row, k + i);
+  return _mm256_load_ps(tmp);
+}
+
+inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+inline float hsum1(__m256 a) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// ---- decode: GEMV tiles ---------------------------------------------------------------------
+
+template <DType D, int R, int TT>
+void gemv_tile(const float* x, std::size_t ldx, const char* w, std::size_t rb, std::size_t K,
+               float* y, std::size_t ldy) {
+  constexpr std::size_t es = elem_size<D>();
+  constexpr std::size_t step = 64 / es;  // one cache line of weights per row per iteration
+  __m256 acc[R][TT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
+  std::size_t k = 0;
+  for (; k + step <= K; k += step) {
+    for (int r = 0; r < R; ++r) _mm_prefetch(w + r * rb + k * es + kPrefetchBytes, _MM_HINT_T0);
+    for (std::size_t s = 0; s < step; s += 8) {
+      __m256 xv[TT];
+      for (int t = 0; t < TT; ++t) xv[t] = _mm256_loadu_ps(x + t * ldx + k + s);
+      for (int r = 0; r < R; ++r) {
+        const __m256 wv = load8<D>(w + r * rb, k + s);
+        for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+      }
+    }
+  }
+  for (; k + 8 <= K; k += 8) {
+    __m256 xv[TT];
+    for (int t = 0; t < TT; ++t) xv[t] = _mm256_loadu_ps(x + t * ldx + k);
+    for (int r = 0; r < R; ++r) {
+      const __m256 wv = load8<D>(w + r * rb, k);
+      for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+    }
+  }
+  float tail[R][TT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TT; ++t) {
+      float s = 0.0f;
+      for (std::size_t kk = k; kk < K; ++kk) s += x[t * ldx + kk] * load1<D>(w + r * rb, kk);
+      tail[r][t] = s;
+    }
+  for (int t = 0; t < TT; ++t) {
+    int r = 0;
+    for (; r + 4 <= R; r += 4) {
+      const __m128 s = hsum4(acc[r][t], acc[r + 1][t], acc[r + 2][t], acc[r + 3][t]);
+      _mm_storeu_ps(y + t * ldy + r, _mm_add_ps(s, _mm_setr_ps(tail[r][t], tail[r + 1][t],
+                                                               tail[r + 2][t], tail[r + 3][t])));
+    }
+    for (; r < R; ++r) y[t * ldy + r] = hsum1(acc[r][t]) + tail[r][t];
+  }
+}
+
+template <DType D, int TT>
+void gemv_rows_tt(const float* x, std::size_t ldx, const char* w, std::size_t rb, std::size_t K,
+                  std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
+  constexpr int kR = 4;
+  std::size_t n = n0;
+  for (; n + kR <= n1; n += kR) gemv_tile<D, kR, TT>(x, ldx, w + n * rb, rb, K, y + n, ldy);
+  for (; n < n1; ++n) gemv_tile<D, 1, TT>(x, ldx, w + n * rb, rb, K, y + n, ldy);
+}
+
+template <DType D>
+void gemv_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n0, std::size_t n1,
+               float* y, std::size_t ldy) {
+  const std::size_t K = w.cols;
+  const std::size_t rb = K * elem_size<D>();
+  const char* wb = static_cast<const char*>(w.data);
+  constexpr std::size_t kNb = 8;
+  for (std::size_t nb = n0; nb < n1; nb += kNb) {
+    const std::size_t ne = min_sz(n1, nb + kNb);
+    for (std::size_t t0 = 0; t0 < T; t0 += 2) {
+      const float* xt = x + t0 * K;
+      float* yt = y + t0 * ldy;
+      if (T - t0 >= 2) {
+        gemv_rows_tt<D, 2>(xt, K, wb, rb, K, nb, ne, yt, ldy);
+      } else {
+        gemv_rows_tt<D, 1>(xt, K, wb, rb, K, nb, ne, yt, ldy);
+      }
+    }
+  }
+}
+
+// ---- prefill: packed GEMM -------------------------------------------------------------------
+
+// In-place transpose of an 8x8 matrix of floats.
+inline void transpose8x8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int g = 0; g < 8; g += 4) {
+    u[g + 0] = _mm256_shuffle_ps(t[g], t[g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // u[4g + c], 128-bit lane q, holds rows 4g..4g+3 of column 4q + c.
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+    r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+  }
+}
+
+// Packs weight rows [n, n + nr) (nr <= 16), columns [kc, kc + kl), as f32 into
+// out[(k - kc) * 16 + i]; rows beyond nr and columns beyond kl (to the next multiple of 8) are 0.
+template <DType D>
+void pack16(const WeightView& w, std::size_t n, std::size_t nr, std::size_t kc, std::size_t kl,
+            float* out) {
+  const std::size_t rb = w.cols * elem_size<D>();
+  const char* base = static_cast<const char*>(w.data) + n * rb;
+  for (std::size_t g = 0; g < 2; ++g) {
+    for (std::size_t k = 0; k < kl; k += 8) {
+      const std::size_t left = kl - k;
+      __m256 r[8];
+      for (std::size_t i = 0; i < 8; ++i) {
+        const std::size_t row = 8 * g + i;
+        if (row >= nr) {
+          r[i] = _mm256_setzero_ps();
+        } else if (left >= 8) {
+          r[i] = load8<D>(base + row * rb, kc + k);
+        } else {
+          r[i] = load8_partial<D>(base + row * rb, kc + k, left);
+        }
+      }
+      transpose8x8(r);
+      for (std::size_t j = 0; j < 8; ++j) _mm256_store_ps(out + (k + j) * 16 + 8 * g, r[j]);
+    }
+  }
+}
+
+// y[i][j] (+)= sum_k x[i][k] * b[k][j] for i < MR, j < 16 (only the first ncols stored).
+template <int MR>
+void micro(const float* x, std::size_t ldx, const float* b, std::size_t kl, float* y,
+           std::size_t ldy, std::size_t ncols, bool accumulate) {
+  __m256 c[MR][2];
+  for (int i = 0; i < MR; ++i) c[i][0] = c[i][1] = _mm256_setzero_ps();
+  const float* xr[MR];
+  for (int i = 0; i < MR; ++i) xr[i] = x + i * ldx;
+#pragma GCC unroll 2
+  for (std::size_t k = 0; k < kl; ++k) {
+    const __m256 b0 = _mm256_load_ps(b + k * 16);
+    const __m256 b1 = _mm256_load_ps(b + k * 16 + 8);
+    for (int i = 0; i < MR; ++i) {
+      const __m256 a = _mm256_broadcast_ss(xr[i] + k);
+      c[i][0] = _mm256_fmadd_ps(a, b0, c[i][0]);
+      c[i][1] = _mm256_fmadd_ps(a, b1, c[i][1]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    float* yp = y + i * ldy;
+    if (ncols == 16) {
+      __m256 v0 = c[i][0], v1 = c[i][1];
+      if (accumulate) {
+        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(yp));
+        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(yp + 8));
+      }
+      _mm256_storeu_ps(yp, v0);
+      _mm256_storeu_ps(yp + 8, v1);
+    } else {
+      alignas(32) float tmp[16];
+      _mm256_store_ps(tmp, c[i][0]);
+      _mm256_store_ps(tmp + 8, c[i][1]);
+      for (std::size_t j = 0; j < ncols; ++j) yp[j] = accumulate ? yp[j] + tmp[j] : tmp[j];
+    }
+  }
+}
+
+using MicroFn = void (*)(const float*, std::size_t, const float*, std::size_t, float*, std::size_t,
+                         std::size_t, bool);
+
+template <std::size_t... I>
+constexpr std::array<MicroFn, sizeof...(I)> micro_table(std::index_sequence<I...>) {
+  return {&micro<static_cast<int>(I) + 1>...};
+}
+
+constexpr std::array<MicroFn, kMr> kMicro = micro_table(std::make_index_sequence<kMr>());
+
+template <DType D>
+void gemm_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n0, std::size_t n1,
+               float* y, std::size_t ldy) {
+  const std::size_t K = w.cols;
+  alignas(64) float packed[(kKc + 8) * 16];
+  for (std::size_t kc = 0; kc < K; kc += kKc) {
+    const std::size_t kl = min_sz(kKc, K - kc);
+    const bool accumulate = kc > 0;
+    for (std::size_t nb = n0; nb < n1; nb += 16) {
+      const std::size_t nr = min_sz(16, n1 - nb);
+      pack16<D>(w, nb, nr, kc, kl, packed);
+      for (std::size_t t0 = 0; t0 < T; t0 += kMr) {
+        const std::size_t mr = min_sz(kMr, T - t0);
+        kMicro[mr - 1](x + t0 * K + kc, K, packed, kl, y + t0 * ldy + nb, ldy, nr, accumulate);
+      }
+    }
+  }
+}
+
+template <DType D>
+void rows_dtype(const float* x, std::size_t T, const WeightView& w, std::size_t n0, std::size_t n1,
+                float* y, std::size_t ldy) {
+  if (T >= kGemmMinT) {
+    gemm_rows<D>(x, T, w, n0, n1, y, ldy);
+  } else {
+    gemv_rows<D>(x, T, w, n0, n1, y, ldy);
+  }
+}
+
+void matmul_rows_avx2(const float* x, std::size_t T, const WeightView& w, std::size_t n0,
+                      std::size_t n1, float* y, std::size_t ldy) {
+  if (T == 0 || n0 >= n1) return;
+  if (w.cols == 0) {
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t n = n0; n < n1; ++n) y[t * ldy + n] = 0.0f;
+    return;
+  }
+  switch (w.dtype) {
+    case DType::F32:
+      rows_dtype<DType::F32>(x, T, w, n0, n1, y, ldy);
+      break;
+    case DType::BF16:
+      rows_dtype<DType::BF16>(x, T, w, n0, n1, y, ldy);
+      break;
+    case DType::F16:
+      rows_dtype<DType::F16>(x, T, w, n0, n1, y, ldy);
+      break;
+  }
+}
+
+}  // namespace
+
+MatmulRowsFn matmul_rows_avx2_fn() {
+  return &matmul_rows_avx2;
+}
+
+}  // namespace rkv::kernels

@@ -1,0 +1,359 @@
+// AVX512-BF16 matmul row kernels: VDPBF16PS on bf16 weights, f32/f16 weights go to the AVX-512
+// kernels.
+//
+// VDPBF16PS multiplies pairs of adjacent bf16 elements and adds both products to an f32 lane.
+// The weights are bf16 already; the activations are split into two bf16 parts, hi = bf16(x) and
+// lo = bf16(x - hi), and each weight pair is multiplied by both: w*hi + w*lo. The products of
+// two bf16 are exact in f32 and the accumulation is f32, and hi + lo represents x to about 2^-17
+// relative, so the result stays within the tolerance of a float32 reference (rounding the
+// activations to bf16 alone would not).
+//
+//  * decode (T < kGemmMinT): GEMV over the weight rows in their natural layout (which already is
+//    VDPBF16PS's pair order); the hi/lo split of x is made once per call.
+//  * prefill: blocked GEMM; a panel of 32 weight rows x kKc columns is transposed in units of
+//    bf16 pairs (16x16 transposes of 32-bit elements) into [k/2][32] pairs, the split of the
+//    matching x block is made once per K block, and an outer-product micro-kernel broadcasts
+//    x pairs against the packed panel.
+//
+// Everything here has internal linkage and uses no out-of-line library templates, so no code
+// compiled with -mavx512* can be picked by the linker for another translation unit.
+
+// GCC 12's _mm*_undefined_*() (used inside many intrinsics) trip -Wuninitialized after inlining.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <utility>
+
+#include "kernels/kernels.h"
+
+namespace rkv::kernels {
+
+MatmulRowsFn matmul_rows_avx512bf16_fn();
+
+namespace {
+
+constexpr std::size_t kGemmMinT = 8;  // T at which the packed GEMM beats the GEMV
+constexpr std::size_t kKc = 256;      // K block of the GEMM (multiple of 32)
+constexpr int kMr = 12;               // input rows per GEMM micro-kernel
+constexpr std::size_t kPrefetchBytes = 768;
+
+constexpr std::size_t min_sz(std::size_t a, std::size_t b) {
+  return a < b ? a : b;
+}
+constexpr std::size_t round_up(std::size_t a, std::size_t m) {
+  return (a + m - 1) / m * m;
+}
+
+// A per-thread, grow-only, 64-byte aligned scratch buffer.
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { std::free(p_); }
+  void* get(std::size_t bytes) {
+    if (bytes > cap_) {
+      std::free(p_);
+      cap_ = round_up(bytes, 4096);
+      p_ = std::aligned_alloc(64, cap_);
+      if (p_ == nullptr) {
+        cap_ = 0;
+        throw std::bad_alloc();
+      }
+    }
+    return p_;
+  }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t cap_ = 0;
+};
+
+thread_local Scratch tls_x;
+
+inline __mmask16 tail_mask16(std::size_t n) {
+  return static_cast<__mmask16>(n >= 16 ? 0xffffu : ((1u << n) - 1u));
+}
+inline __mmask32 tail_mask32(std::size_t n) {
+  return n >= 32 ? 0xffffffffu : static_cast<__mmask32>((1u << n) - 1u);
+}
+
+inline __m512bh as_bh(__m512i v) {
+  return reinterpret_cast<__m512bh&>(v);
+}
+inline __m256i as_si256(__m256bh v) {
+  return reinterpret_cast<__m256i&>(v);
+}
+
+// hi[k] = bf16(x[k]), lo[k] = bf16(x[k] - hi[k]) for k < n; zero for n <= k < npad (npad a
+// multiple of 16).
+void split_row(const float* x, std::size_t n, std::uint16_t* hi, std::uint16_t* lo,
+               std::size_t npad) {
+  for (std::size_t k = 0; k < npad; k += 16) {
+    const __mmask16 m = k < n ? tail_mask16(n - k) : static_cast<__mmask16>(0);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + k);
+    const __m256i h = as_si256(_mm512_cvtneps_pbh(v));
+    const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    const __m256i l = as_si256(_mm512_cvtneps_pbh(_mm512_sub_ps(v, hf)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + k), h);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + k), l);
+  }
+}
+
+// The four horizontal sums of a, b, c, d.
+inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  const __m256 b8 = _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1));
+  const __m256 c8 = _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1));
+  const __m256 d8 = _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1));
+  const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a8, b8), _mm256_hadd_ps(c8, d8));
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+// ---- decode: GEMV tiles ---------------------------------------------------------------------
+
+// y[t][r] = dot(x[t], w[r]) for r < R, t < TT. xs row t: hi at xs + t * ldxs, lo at + kpad.
+template <int R, int TT>
+void gemv_tile(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad, const std::uint16_t* w,
+               std::size_t K, float* y, std::size_t ldy) {
+  __m512 acc[R][TT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps();
+  std::size_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    __m512bh xh[TT], xl[TT];
+    for (int t = 0; t < TT; ++t) {
+      xh[t] = as_bh(_mm512_loadu_si512(xs + t * ldxs + k));
+      xl[t] = as_bh(_mm512_loadu_si512(xs + t * ldxs + kpad + k));
+    }
+    for (int r = 0; r < R; ++r) {
+      const std::uint16_t* wr = w + r * K + k;
+      _mm_prefetch(reinterpret_cast<const char*>(wr) + kPrefetchBytes, _MM_HINT_T0);
+      const __m512bh wv = as_bh(_mm512_loadu_si512(wr));
+      for (int t = 0; t < TT; ++t) {
+        acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xh[t]);
+        acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xl[t]);
+      }
+    }
+  }
+  if (k < K) {
+    const __mmask32 m = tail_mask32(K - k);
+    __m512bh xh[TT], xl[TT];
+    for (int t = 0; t < TT; ++t) {
+      xh[t] = as_bh(_mm512_loadu_si512(xs + t * ldxs + k));
+      xl[t] = as_bh(_mm512_loadu_si512(xs + t * ldxs + kpad + k));
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512bh wv = as_bh(_mm512_maskz_loadu_epi16(m, w + r * K + k));
+      for (int t = 0; t < TT; ++t) {
+        acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xh[t]);
+        acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xl[t]);
+      }
+    }
+  }
+  for (int t = 0; t < TT; ++t) {
+    int r = 0;
+    for (; r + 4 <= R; r += 4)
+      _mm_storeu_ps(y + t * ldy + r, hsum4(acc[r][t], acc[r + 1][t], acc[r + 2][t], acc[r + 3][t]));
+    for (; r < R; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+  }
+}
+
+template <int TT>
+void gemv_rows_tt(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad,
+                  const std::uint16_t* w, std::size_t K, std::size_t n0, std::size_t n1, float* y,
+                  std::size_t ldy) {
+  constexpr int kR = TT <= 2 ? 8 : 4;
+  std::size_t n = n0;
+  for (; n + kR <= n1; n += kR) gemv_tile<kR, TT>(xs, ldxs, kpad, w + n * K, K, y + n, ldy);
+  for (; n + 4 <= n1; n += 4) gemv_tile<4, TT>(xs, ldxs, kpad, w + n * K, K, y + n, ldy);
+  for (; n < n1; ++n) gemv_tile<1, TT>(xs, ldxs, kpad, w + n * K, K, y + n, ldy);
+}
+
+void gemv_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n0, std::size_t n1,
+               float* y, std::size_t ldy) {
+  const std::size_t K = w.cols;
+  const std::size_t kpad = round_up(K, 32);
+  const std::size_t ldxs = 2 * kpad;
+  auto* xs = static_cast<std::uint16_t*>(tls_x.get(T * ldxs * sizeof(std::uint16_t)));
+  for (std::size_t t = 0; t < T; ++t)
+    split_row(x + t * K, K, xs + t * ldxs, xs + t * ldxs + kpad, kpad);
+  const auto* wb = static_cast<const std::uint16_t*>(w.data);
+  constexpr std::size_t kNb = 8;
+  for (std::size_t nb = n0; nb < n1; nb += kNb) {
+    const std::size_t ne = min_sz(n1, nb + kNb);
+    for (std::size_t t0 = 0; t0 < T; t0 += 4) {
+      const std::uint16_t* xt = xs + t0 * ldxs;
+      float* yt = y + t0 * ldy;
+      switch (min_sz(4, T - t0)) {
+        case 1:
+          gemv_rows_tt<1>(xt, ldxs, kpad, wb, K, nb, ne, yt, ldy);
+          break;
+        case 2:
+          gemv_rows_tt<2>(xt, ldxs, kpad, wb, K, nb, ne, yt, ldy);
+          break;
+        case 3:
+          gemv_rows_tt<3>(xt, ldxs, kpad, wb, K, nb, ne, yt, ldy);
+          break;
+        default:
+          gemv_rows_tt<4>(xt, ldxs, kpad, wb, K, nb, ne, yt, ldy);
+          break;
+      }
+    }
+  }
+}
+
+// ---- prefill: packed GEMM -------------------------------------------------------------------
+
+// In-place transpose of a 16x16 matrix of 32-bit elements (r[i] = row i on entry, column i on
+// exit).
+inline void transpose16x16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int g = 0; g < 16; g += 4) {
+    u[g + 0] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+    u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+    u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i x02 = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i y02 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i x13 = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512i y13 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(3, 1, 3, 1));
+    r[c] = _mm512_shuffle_i32x4(x02, y02, _MM_SHUFFLE(2, 0, 2, 0));
+    r[8 + c] = _mm512_shuffle_i32x4(x02, y02, _MM_SHUFFLE(3, 1, 3, 1));
+    r[4 + c] = _mm512_shuffle_i32x4(x13, y13, _MM_SHUFFLE(2, 0, 2, 0));
+    r[12 + c] = _mm512_shuffle_i32x4(x13, y13, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+// Packs bf16 weight rows [n, n + nr) (nr <= 16), columns [kc, kc + kl), as pairs:
+// out[p * ldo + i] = (w[n + i][kc + 2p], w[n + i][kc + 2p + 1]). Rows beyond nr and columns
+// beyond kl (up to the next multiple of 32) are zero.
+void pack16_pairs(const std::uint16_t* w, std::size_t K, std::size_t n, std::size_t nr,
+                  std::size_t kc, std::size_t kl, std::uint32_t* out, std::size_t ldo) {
+  const std::uint16_t* base = w + n * K + kc;
+  for (std::size_t k = 0; k < kl; k += 32) {
+    const __mmask32 m = tail_mask32(kl - k);
+    __m512i r[16];
+    for (std::size_t i = 0; i < 16; ++i)
+      r[i] = i < nr ? _mm512_maskz_loadu_epi16(m, base + i * K + k) : _mm512_setzero_si512();
+    transpose16x16(r);
+    for (std::size_t j = 0; j < 16; ++j) _mm512_store_si512(out + (k / 2 + j) * ldo, r[j]);
+  }
+}
+
+// y[i][j] (+)= sum_p (xhi[i][p] + xlo[i][p]) . b[p][j] for i < MR, j < 16 * NV (the last 16
+// masked by lastm). xs row i: hi pairs at xs + i * ldxs, lo pairs at + half.
+template <int MR, int NV>
+void micro(const std::uint32_t* xs, std::size_t ldxs, std::size_t half, const std::uint32_t* b,
+           std::size_t kp, float* y, std::size_t ldy, __mmask16 lastm, bool accumulate) {
+  __m512 c[MR][NV];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NV; ++j) c[i][j] = _mm512_setzero_ps();
+  const std::uint32_t* xr[MR];
+  for (int i = 0; i < MR; ++i) xr[i] = xs + i * ldxs;
+#pragma GCC unroll 2
+  for (std::size_t p = 0; p < kp; ++p) {
+    __m512bh bv[NV];
+    for (int j = 0; j < NV; ++j) bv[j] = as_bh(_mm512_load_si512(b + p * (16 * NV) + 16 * j));
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh ah = as_bh(_mm512_set1_epi32(static_cast<int>(xr[i][p])));
+      const __m512bh al = as_bh(_mm512_set1_epi32(static_cast<int>(xr[i][half + p])));
+      for (int j = 0; j < NV; ++j) {
+        c[i][j] = _mm512_dpbf16_ps(c[i][j], ah, bv[j]);
+        c[i][j] = _mm512_dpbf16_ps(c[i][j], al, bv[j]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < NV; ++j) {
+      const __mmask16 m = j == NV - 1 ? lastm : static_cast<__mmask16>(0xffff);
+      float* yp = y + i * ldy + 16 * j;
+      __m512 v = c[i][j];
+      if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, yp));
+      _mm512_mask_storeu_ps(yp, m, v);
+    }
+  }
+}
+
+using MicroFn = void (*)(const std::uint32_t*, std::size_t, std::size_t, const std::uint32_t*,
+                         std::size_t, float*, std::size_t, __mmask16, bool);
+
+template <int NV, std::size_t... I>
+constexpr std::array<MicroFn, sizeof...(I)> micro_table(std::index_sequence<I...>) {
+  return {&micro<static_cast<int>(I) + 1, NV>...};
+}
+
+constexpr std::array<MicroFn, kMr> kMicro1 = micro_table<1>(std::make_index_sequence<kMr>());
+constexpr std::array<MicroFn, kMr> kMicro2 = micro_table<2>(std::make_index_sequence<kMr>());
+
+void gemm_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n0, std::size_t n1,
+               float* y, std::size_t ldy) {
+  const std::size_t K = w.cols;
+  const auto* wb = static_cast<const std::uint16_t*>(w.data);
+  // x block, per row: kKc hi bf16 then kKc lo bf16 (= kKc 32-bit pairs).
+  auto* xs = static_cast<std::uint16_t*>(tls_x.get(T * 2 * kKc * sizeof(std::uint16_t)));
+  const auto* xs32 = reinterpret_cast<const std::uint32_t*>(xs);
+  alignas(64) std::uint32_t packed[(kKc / 2 + 16) * 32];
+  for (std::size_t kc = 0; kc < K; kc += kKc) {
+    const std::size_t kl = min_sz(kKc, K - kc);
+    const std::size_t kp = (kl + 1) / 2;
+    const bool accumulate = kc > 0;
+    for (std::size_t t = 0; t < T; ++t)
+      split_row(x + t * K + kc, kl, xs + t * 2 * kKc, xs + t * 2 * kKc + kKc, kKc);
+    for (std::size_t nb = n0; nb < n1; nb += 32) {
+      const std::size_t nr = min_sz(32, n1 - nb);
+      const int nv = nr > 16 ? 2 : 1;
+      const std::size_t ldp = 16 * static_cast<std::size_t>(nv);
+      pack16_pairs(wb, K, nb, min_sz(16, nr), kc, kl, packed, ldp);
+      if (nv == 2) pack16_pairs(wb, K, nb + 16, nr - 16, kc, kl, packed + 16, ldp);
+      const __mmask16 lastm = tail_mask16(nr - 16 * static_cast<std::size_t>(nv - 1));
+      const std::array<MicroFn, kMr>& table = nv == 2 ? kMicro2 : kMicro1;
+      for (std::size_t t0 = 0; t0 < T; t0 += kMr) {
+        const std::size_t mr = min_sz(kMr, T - t0);
+        table[mr - 1](xs32 + t0 * kKc, kKc, kKc / 2, packed, kp, y + t0 * ldy + nb, ldy, lastm,
+                      accumulate);
+      }
+    }
+  }
+}
+
+void matmul_rows_avx512bf16(const float* x, std::size_t T, const WeightView& w, std::size_t n0,
+                            std::size_t n1, float* y, std::size_t ldy) {
+  if (w.dtype != DType::BF16) {
+    static const MatmulRowsFn other = matmul_rows_for(Isa::Avx512);
+    (other != nullptr ? other : &matmul_rows_reference)(x, T, w, n0, n1, y, ldy);
+    return;
+  }
+  if (T == 0 || n0 >= n1) return;
+  if (w.cols == 0) {
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t n = n0; n < n1; ++n) y[t * ldy + n] = 0.0f;
+    return;
+  }
+  if (T >= kGemmMinT) {
+    gemm_rows(x, T, w, n0, n1, y, ldy);
+  } else {
+    gemv_rows(x, T, w, n0, n1, y, ldy);
+  }
+}
+
+}  // namespace
+
+MatmulRowsFn matmul_rows_avx512bf16_fn() {
+  return &matmul_rows_avx512bf16;
+}
+
+}  // namespace rkv::kernels

@@ -1,0 +1,82 @@
+// The tokenizer's state (shared by the loaders and the encode/decode code) and the loaders'
+// entry points. Immutable after loading except for the word cache, which is thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "rkv/tokenizer.h"
+#include "tokenizer/added_tokens.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/pre_tokenizer.h"
+
+namespace rkv {
+
+struct Tokenizer::Impl {
+  enum Flag : uint8_t { kPresent = 1, kAdded = 2, kSpecial = 4 };
+
+  std::filesystem::path dir;
+
+  // Vocabulary: the byte-level form of each token (added tokens: their content) and its bytes.
+  std::unordered_map<std::string, int32_t> vocab;  // vocabulary form -> id
+  std::vector<std::string> id_to_token;            // [vocab_size] vocabulary form
+  std::vector<std::string> id_to_bytes;            // [vocab_size] raw bytes
+  std::vector<uint8_t> flags;                      // [vocab_size] Flag bits
+  std::array<int32_t, 256> byte_ids{};             // id of each single byte; -1 if none
+
+  tokenizer::BpeMerges merges;
+  bool ignore_merges = false;  // a word that is itself in the vocabulary skips merging
+  tokenizer::AddedTokenMatcher added;
+  tokenizer::PreTokenizer pre_tokenizer;
+  bool nfc = false;             // NFC-normalize text
+  bool nfc_whole_text = false;  // before splitting added tokens (Qwen2Tokenizer) vs. after
+  bool add_prefix_space = false;
+
+  // Post-processor (what add_special adds around a text).
+  std::vector<int32_t> prefix_ids;
+  std::vector<int32_t> suffix_ids;
+
+  int32_t bos = -1;
+  std::vector<int32_t> eos;
+  std::string chat_template;
+
+  mutable tokenizer::WordCache cache;
+
+  // Sets a token; grows the tables as needed.
+  void set_token(int32_t id, const std::string& vocab_form, std::string bytes, uint8_t flag_bits);
+  void add_added_token(const tokenizer::AddedToken& token);
+  // Fills byte_ids; call after the vocabulary is complete.
+  void index_bytes();
+  // Appends the ids of one pre-tokenized word (raw bytes).
+  void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  // Appends the ids of plain text (no added tokens in it).
+  void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+  // The id of a token string from a config ("<|im_end|>"); nullopt when unknown.
+  std::optional<int32_t> find(const std::string& token) const;
+};
+
+namespace tokenizer {
+
+// tokenizer.json (Hugging Face fast-tokenizer format).
+void load_tokenizer_json(Tokenizer::Impl& impl, const std::filesystem::path& path);
+// vocab.json + merges.txt (+ tokenizer_config.json's added_tokens_decoder), Qwen2Tokenizer style.
+void load_vocab_and_merges(Tokenizer::Impl& impl, const std::filesystem::path& dir);
+// tokenizer_config.json, chat_template.jinja and generation_config.json: BOS/EOS, add_bos_token,
+// the chat template. Call last.
+void load_config(Tokenizer::Impl& impl, const std::filesystem::path& dir);
+
+// Reads a whole file; rkv::Error naming the file when it cannot be read.
+std::string read_file(const std::filesystem::path& path);
+// Parses a JSON file; rkv::Error naming the file when it cannot be read or is malformed.
+nlohmann::json read_json_file(const std::filesystem::path& path);
+// "<s>" or {"content": "<s>", ...} as found in configs; empty for null or anything else.
+std::string token_content(const nlohmann::json& value);
+
+}  // namespace tokenizer
+}  // namespace rkv

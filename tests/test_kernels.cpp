@@ -1,0 +1,391 @@
+// Parity tests for the matmul kernels (every instruction set against the portable reference, in
+// the spirit of llama.cpp's test-backend-ops), the f16/bf16 conversions and the thread pool.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+
+namespace rkv {
+namespace {
+
+using kernels::Isa;
+using kernels::WeightView;
+
+std::uint32_t bits_of(float f) {
+  std::uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+float float_of(std::uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// ---- f16 / bf16 conversions -----------------------------------------------------------------
+
+// Straightforward f16 decoding with ldexp: value = (-1)^s * m * 2^(e - 25) for normal numbers.
+double f16_reference(std::uint16_t h) {
+  const int sign = (h >> 15) & 1;
+  const int e = (h >> 10) & 0x1f;
+  const int m = h & 0x3ff;
+  double v;
+  if (e == 0) {
+    v = std::ldexp(static_cast<double>(m), -24);
+  } else if (e == 31) {
+    v = m == 0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+  } else {
+    v = std::ldexp(static_cast<double>(m + 1024), e - 25);
+  }
+  return sign ? -v : v;
+}
+
+TEST(DType, F16ToF32AllPatterns) {
+  for (std::uint32_t i = 0; i < 65536; ++i) {
+    const auto h = static_cast<std::uint16_t>(i);
+    const float got = f16_to_f32(h);
+    const double want = f16_reference(h);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << "h=" << i;
+      continue;
+    }
+    EXPECT_EQ(static_cast<double>(got), want) << "h=" << i;
+    EXPECT_EQ(std::signbit(got), (i & 0x8000u) != 0) << "h=" << i;
+  }
+}
+
+TEST(DType, F16RoundTripAllPatterns) {
+  for (std::uint32_t i = 0; i < 65536; ++i) {
+    const auto h = static_cast<std::uint16_t>(i);
+    const float f = f16_to_f32(h);
+    const std::uint16_t back = f32_to_f16(f);
+    if (std::isnan(f)) {
+      EXPECT_EQ(back & 0x7c00u, 0x7c00u) << "h=" << i;
+      EXPECT_NE(back & 0x3ffu, 0u) << "h=" << i;
+    } else {
+      EXPECT_EQ(back, h) << "h=" << i;
+    }
+  }
+}
+
+// f32 -> f16 against a search over all f16 values: the nearest, ties to the even mantissa.
+TEST(DType, F32ToF16RoundsToNearestEven) {
+  std::vector<double> pos(0x7c01);
+  for (std::uint32_t i = 0; i <= 0x7c00; ++i) pos[i] = f16_reference(static_cast<std::uint16_t>(i));
+  auto expect_round = [&](float f) {
+    const double a = std::fabs(static_cast<double>(f));
+    std::uint16_t want;
+    if (a >= 65520.0) {
+      want = 0x7c00;  // at or past the midpoint between 65504 and 65536 (ties go to even: inf)
+    } else {
+      std::uint32_t lo = 0;
+      while (lo + 1 < 0x7c00 && pos[lo + 1] <= a) ++lo;
+      const double dl = a - pos[lo], dh = pos[lo + 1] - a;
+      want = static_cast<std::uint16_t>((dl < dh || (dl == dh && (lo & 1) == 0)) ? lo : lo + 1);
+    }
+    if (std::signbit(f)) want = static_cast<std::uint16_t>(want | 0x8000);
+    EXPECT_EQ(f32_to_f16(f), want) << "f=" << f << " bits=" << std::hex << bits_of(f);
+  };
+  // Exact values, midpoints and their neighbours around subnormal, normal and overflow bounds.
+  for (std::uint32_t i :
+       {0u, 1u, 2u, 3u, 0x3ffu, 0x400u, 0x401u, 0x3c00u, 0x3c01u, 0x7bfeu, 0x7bffu}) {
+    const double v = pos[i], next = f16_reference(static_cast<std::uint16_t>(i + 1));
+    const float mid = static_cast<float>((v + next) / 2);
+    for (float f :
+         {static_cast<float>(v), mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f)}) {
+      expect_round(f);
+      expect_round(-f);
+    }
+  }
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<std::uint32_t> expo(100, 143), mant(0, 0x7fffff);
+  for (int i = 0; i < 3000; ++i) expect_round(float_of((expo(rng) << 23) | mant(rng)));
+  expect_round(1e-10f);
+  expect_round(65519.99f);
+  expect_round(65520.0f);
+  expect_round(1e10f);
+  EXPECT_EQ(f32_to_f16(std::numeric_limits<float>::infinity()), 0x7c00);
+  EXPECT_EQ(f32_to_f16(-std::numeric_limits<float>::infinity()), 0xfc00);
+  const std::uint16_t nan = f32_to_f16(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_EQ(nan & 0x7c00u, 0x7c00u);
+  EXPECT_NE(nan & 0x3ffu, 0u);
+  // A signalling NaN whose payload lives only in the low bits must stay a NaN.
+  EXPECT_NE(f32_to_f16(float_of(0x7f800001u)) & 0x3ffu, 0u);
+}
+
+TEST(DType, Bf16) {
+  // The upcast is exact.
+  for (std::uint32_t i = 0; i < 65536; ++i) {
+    const auto h = static_cast<std::uint16_t>(i);
+    EXPECT_EQ(bits_of(bf16_to_f32(h)), i << 16);
+  }
+  // Round to nearest, ties to even.
+  EXPECT_EQ(f32_to_bf16(float_of(0x3f800000u)), 0x3f80);  // 1.0
+  EXPECT_EQ(f32_to_bf16(float_of(0x3f807fffu)), 0x3f80);  // below the midpoint
+  EXPECT_EQ(f32_to_bf16(float_of(0x3f808000u)), 0x3f80);  // tie, even stays
+  EXPECT_EQ(f32_to_bf16(float_of(0x3f818000u)), 0x3f82);  // tie, odd rounds up
+  EXPECT_EQ(f32_to_bf16(float_of(0x3f808001u)), 0x3f81);  // above the midpoint
+  EXPECT_EQ(f32_to_bf16(float_of(0xbf808001u)), 0xbf81);
+  EXPECT_EQ(f32_to_bf16(float_of(0x7f7fffffu)), 0x7f80);  // FLT_MAX rounds to inf
+  EXPECT_EQ(f32_to_bf16(float_of(0x00000001u)), 0x0000);  // tiny subnormal to zero
+  EXPECT_EQ(f32_to_bf16(float_of(0x00018000u)), 0x0002);  // subnormal tie, odd rounds up
+  EXPECT_EQ(f32_to_bf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(f32_to_bf16(-std::numeric_limits<float>::infinity()), 0xff80);
+  for (std::uint32_t nan : {0x7fc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu}) {
+    const std::uint16_t b = f32_to_bf16(float_of(nan));
+    EXPECT_EQ(b & 0x7f80u, 0x7f80u) << std::hex << nan;
+    EXPECT_NE(b & 0x7fu, 0u) << std::hex << nan;  // still a NaN, not inf
+    EXPECT_EQ(b & 0x8000u, (nan >> 16) & 0x8000u);
+  }
+  // Round trip of every non-NaN bf16.
+  for (std::uint32_t i = 0; i < 65536; ++i) {
+    const auto h = static_cast<std::uint16_t>(i);
+    if (std::isnan(bf16_to_f32(h))) continue;
+    EXPECT_EQ(f32_to_bf16(bf16_to_f32(h)), h);
+  }
+}
+
+// ---- ThreadPool -----------------------------------------------------------------------------
+
+TEST(ThreadPool, ParallelForCoversEachTaskOnce) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (std::size_t n : {0u, 1u, 2u, 3u, 7u, 16u, 100u, 1000u, 4097u}) {
+      for (int rep = 0; rep < 3; ++rep) {
+        std::vector<std::atomic<int>> hits(n);
+        pool.parallel_for(n, [&](std::size_t i) { hits[i].fetch_add(1); });
+        for (std::size_t i = 0; i < n; ++i)
+          ASSERT_EQ(hits[i].load(), 1) << "threads=" << threads << " n=" << n << " i=" << i;
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, ParallelRangesAlignedAndCovering) {
+  for (int threads : {1, 2, 4}) {
+    ThreadPool pool(threads);
+    for (std::size_t n : {1u, 15u, 16u, 17u, 100u, 896u, 1000u, 4864u, 151936u}) {
+      for (std::size_t align : {1u, 16u, 64u}) {
+        for (int chunks : {1, 4}) {
+          std::vector<std::atomic<int>> hits(n);
+          std::atomic<int> bad{0};
+          pool.parallel_ranges(
+              n, align,
+              [&](std::size_t b, std::size_t e) {
+                if (b % align != 0 || b >= e || e > n || (e != n && e % align != 0)) ++bad;
+                for (std::size_t i = b; i < e && i < n; ++i) hits[i].fetch_add(1);
+              },
+              chunks);
+          ASSERT_EQ(bad.load(), 0) << "n=" << n << " align=" << align;
+          for (std::size_t i = 0; i < n; ++i)
+            ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
+// ---- matmul parity --------------------------------------------------------------------------
+
+struct Weights {
+  std::vector<float> f32;        // the exact values (as the reference sees them)
+  std::vector<std::uint16_t> h;  // bf16 / f16 storage
+  std::vector<float> wf;         // f32 storage
+  DType dtype;
+  std::size_t rows, cols;
+
+  WeightView view() const {
+    return {dtype == DType::F32 ? static_cast<const void*>(wf.data()) : h.data(), dtype, rows,
+            cols};
+  }
+};
+
+Weights make_weights(DType dt, std::size_t N, std::size_t K, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 0.5f);
+  Weights w{{}, {}, {}, dt, N, K};
+  w.f32.resize(N * K);
+  if (dt == DType::F32)
+    w.wf.resize(N * K);
+  else
+    w.h.resize(N * K);
+  for (std::size_t i = 0; i < N * K; ++i) {
+    const float v = dist(rng);
+    switch (dt) {
+      case DType::F32:
+        w.wf[i] = v;
+        w.f32[i] = v;
+        break;
+      case DType::BF16:
+        w.h[i] = f32_to_bf16(v);
+        w.f32[i] = bf16_to_f32(w.h[i]);
+        break;
+      case DType::F16:
+        w.h[i] = f32_to_f16(v);
+        w.f32[i] = f16_to_f32(w.h[i]);
+        break;
+    }
+  }
+  return w;
+}
+
+std::vector<float> make_x(std::size_t T, std::size_t K, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(T * K);
+  // Full float32 mantissas (not bf16-representable), with a spread of magnitudes.
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = dist(rng) * (i % 7 == 0 ? 20.0f : 1.0f);
+  return x;
+}
+
+// Tolerance: the kernels accumulate in float32 in a different order than the reference (and the
+// bf16 dot-product kernel represents x as hi + lo bf16 parts, an error of ~2^-17 relative per
+// element), so the difference is bounded by a small multiple of eps_f32 * K * sum_k |x_k w_k|
+// in the worst case and by ~sqrt(K) * eps_f32 * sum |x_k w_k| in practice; 1e-4 * sum |x_k w_k|
+// covers K up to several thousand with margin while still catching any wrong element
+// (a wrong or missing term is of the order of |x_k w_k| itself), and 1e-6 absorbs sums near 0.
+void expect_parity(Isa isa, DType dt, std::size_t T, std::size_t K, std::size_t N,
+                   std::mt19937& rng) {
+  const Weights w = make_weights(dt, N, K, rng);
+  const std::vector<float> x = make_x(T, K, rng);
+  const kernels::MatmulRowsFn fn = kernels::matmul_rows_for(isa);
+  ASSERT_NE(fn, nullptr);
+  // Poison y so that unwritten outputs show up.
+  std::vector<float> got(T * N, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> ref(T * N, 0.0f);
+  kernels::matmul_rows_reference(x.data(), T, w.view(), 0, N, ref.data(), N);
+  // Call the kernel on 16-aligned slices, as dispatch does, and on the whole range.
+  const std::size_t split = N > 32 ? (N / 32) * 16 : N;
+  fn(x.data(), T, w.view(), 0, split, got.data(), N);
+  if (split < N) fn(x.data(), T, w.view(), split, N, got.data(), N);
+  int failures = 0;
+  for (std::size_t t = 0; t < T && failures < 5; ++t) {
+    for (std::size_t n = 0; n < N && failures < 5; ++n) {
+      double mag = 0.0;
+      for (std::size_t k = 0; k < K; ++k)
+        mag += std::fabs(static_cast<double>(x[t * K + k]) * w.f32[n * K + k]);
+      const double tol = 1e-4 * mag + 1e-6;
+      const double diff = std::fabs(static_cast<double>(got[t * N + n]) - ref[t * N + n]);
+      if (!(diff <= tol)) {
+        ++failures;
+        ADD_FAILURE() << kernels::isa_name(isa) << " " << dtype_name(dt) << " T=" << T << " K=" << K
+                      << " N=" << N << " at t=" << t << " n=" << n << ": got " << got[t * N + n]
+                      << " want " << ref[t * N + n] << " (tol " << tol << ")";
+      }
+    }
+  }
+}
+
+class MatmulParity : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(MatmulParity, AgainstReference) {
+  const Isa isa = GetParam();
+  if (!kernels::isa_supported(isa)) {
+    GTEST_SKIP() << kernels::isa_name(isa)
+                 << " is not supported by this CPU (or has no kernel in this build)";
+  }
+  std::mt19937 rng(1234);
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
+    for (std::size_t T : {1u, 2u, 3u, 7u, 16u, 33u})
+      for (std::size_t K : {64u, 96u, 200u, 896u})
+        for (std::size_t N : {16u, 48u, 1000u}) {
+          SCOPED_TRACE(std::string(dtype_name(dt)) + " T=" + std::to_string(T) +
+                       " K=" + std::to_string(K) + " N=" + std::to_string(N));
+          expect_parity(isa, dt, T, K, N, rng);
+        }
+}
+
+// Odd shapes: K not a multiple of 2/8/16, tiny N, a T that exercises every GEMM tail.
+TEST_P(MatmulParity, OddShapes) {
+  const Isa isa = GetParam();
+  if (!kernels::isa_supported(isa)) {
+    GTEST_SKIP() << kernels::isa_name(isa)
+                 << " is not supported by this CPU (or has no kernel in this build)";
+  }
+  std::mt19937 rng(99);
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
+    for (std::size_t T : {1u, 5u, 8u, 13u, 64u})
+      for (std::size_t K : {1u, 7u, 31u, 33u, 300u, 1537u})
+        for (std::size_t N : {1u, 5u, 17u, 40u}) {
+          SCOPED_TRACE(std::string(dtype_name(dt)) + " T=" + std::to_string(T) +
+                       " K=" + std::to_string(K) + " N=" + std::to_string(N));
+          expect_parity(isa, dt, T, K, N, rng);
+        }
+}
+
+// The activations keep float32 precision: x = 1 + 2^-10 is not representable in bf16 (it rounds
+// to 1), so a kernel that rounded x to bf16 would be off by K * 2^-10 here; with w = 1 the exact
+// result is representable and float32 accumulation of K = 64 terms is exact.
+TEST_P(MatmulParity, ActivationsKeepFloat32Precision) {
+  const Isa isa = GetParam();
+  if (!kernels::isa_supported(isa)) {
+    GTEST_SKIP() << kernels::isa_name(isa)
+                 << " is not supported by this CPU (or has no kernel in this build)";
+  }
+  const std::size_t K = 64, N = 16;
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    for (std::size_t T : {1u, 16u}) {
+      std::vector<std::uint16_t> h(N * K,
+                                   static_cast<std::uint16_t>(dt == DType::BF16 ? 0x3f80 : 0x3c00));
+      std::vector<float> wf(N * K, 1.0f);
+      const WeightView w{dt == DType::F32 ? static_cast<const void*>(wf.data()) : h.data(), dt, N,
+                         K};
+      std::vector<float> x(T * K, 1.0f + 0x1p-10f), y(T * N, 0.0f);
+      kernels::matmul_rows_for(isa)(x.data(), T, w, 0, N, y.data(), N);
+      for (float v : y) EXPECT_NEAR(v, 64.0f * (1.0f + 0x1p-10f), 1e-5f) << dtype_name(dt);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, MatmulParity,
+                         ::testing::Values(Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16),
+                         [](const ::testing::TestParamInfo<Isa>& param_info) {
+                           return std::string(kernels::isa_name(param_info.param));
+                         });
+
+// The per-ISA kernels are reached only through weak references (dispatch.cpp), and a static
+// library member is not pulled in by a weak reference: this catches a link that silently falls
+// back to the reference kernel on a CPU that could run the fast ones.
+TEST(Matmul, FastKernelsAreLinkedIn) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    EXPECT_NE(kernels::matmul_rows_for(Isa::Avx2), nullptr) << "matmul_avx2.cpp not linked in";
+  }
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
+    EXPECT_NE(kernels::matmul_rows_for(Isa::Avx512), nullptr) << "matmul_avx512.cpp not linked in";
+  }
+#else
+  GTEST_SKIP() << "x86-64 only";
+#endif
+}
+
+TEST(Matmul, PoolOneAndTwoThreadsIdentical) {
+  std::mt19937 rng(5);
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    for (std::size_t T : {1u, 4u, 40u}) {
+      const std::size_t K = 896, N = 1000;
+      const Weights w = make_weights(dt, N, K, rng);
+      const std::vector<float> x = make_x(T, K, rng);
+      std::vector<float> y1(T * N), y2(T * N, -1.0f);
+      ThreadPool one(1), two(2);
+      kernels::matmul(x.data(), T, w.view(), y1.data(), one);
+      kernels::matmul(x.data(), T, w.view(), y2.data(), two);
+      EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0)
+          << dtype_name(dt) << " T=" << T << " (" << kernels::isa_name(kernels::active_isa())
+          << ")";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rkv
