@@ -105,7 +105,10 @@ void KvCache::clear() {
   std::fill(ring_next_.begin(), ring_next_.end(), 0);
 }
 
-std::size_t KvCache::allocated_kv_bytes() const { return (keys_.size() + values_.size()) * sizeof(float); }
+std::size_t KvCache::kv_bytes_for(const KvCacheShape& shape) {
+  return 2 * static_cast<std::size_t>(shape.layers) * shape.kv_heads * shape.capacity * shape.head_dim *
+         sizeof(float);
+}
 
 std::size_t KvCache::used_kv_bytes() const {
   std::size_t entries = 0;

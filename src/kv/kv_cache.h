@@ -70,7 +70,9 @@ class KvCache {
 
   void clear();
   // Bytes of the key/value arrays at full capacity (what the sequence holds).
-  std::size_t allocated_kv_bytes() const;
+  std::size_t allocated_kv_bytes() const { return kv_bytes_for(shape_); }
+  // The same for any shape, without allocating: 2 * layers * kv_heads * capacity * head_dim * 4.
+  static std::size_t kv_bytes_for(const KvCacheShape& shape);
   // Bytes of keys and values actually in use now, summed over layers.
   std::size_t used_kv_bytes() const;
 

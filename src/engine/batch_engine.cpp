@@ -1,0 +1,248 @@
+#include "engine/batch_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace rkv {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
+
+struct BatchEngine::Sequence {
+  std::uint64_t id = 0;
+  BatchRequest request;
+  int max_new = 0;
+  int capacity = 0;
+  std::size_t slot_bytes = 0;
+  std::unique_ptr<SequenceCompressor> compressor;
+  std::unique_ptr<KvCache> cache;
+  std::unique_ptr<Sampler> sampler;
+  int prefilled = 0;        // prompt tokens already run
+  int next_token = -1;      // sampled and not yet fed to the model
+  std::vector<int> generated;
+  bool finished = false;
+  std::string stop_reason;
+  Clock::time_point submitted, admitted, prefill_done;
+  double decode_seconds = 0.0;
+
+  int prompt_size() const { return static_cast<int>(request.prompt.size()); }
+  bool prefilling() const { return prefilled < prompt_size(); }
+};
+
+BatchEngine::BatchEngine(const Model& model, ThreadPool& pool, BatchEngineOptions options)
+    : model_(model), pool_(pool), options_(options) {
+  if (options_.prefill_chunk <= 0) throw Error("the prefill chunk must be at least 1 token");
+  if (options_.max_batch < 0) throw Error("the batch limit must be >= 0 (0: no limit)");
+  logits_.resize(static_cast<std::size_t>(model.config().vocab_size));
+}
+
+BatchEngine::~BatchEngine() = default;
+
+std::size_t BatchEngine::slot_bytes(const BatchRequest& request) const {
+  const SequenceCompressor compressor(request.compression, request.compression_vocab);
+  const int context = options_.context_size > 0 ? options_.context_size : model_.config().max_position_embeddings;
+  const int prompt = static_cast<int>(request.prompt.size());
+  const int max_new = std::max(0, std::min(request.max_new_tokens, context - prompt));
+  return KvCache::kv_bytes_for(model_.cache_shape(compressor.cache_capacity(prompt, max_new), compressor.window()));
+}
+
+int BatchEngine::max_concurrent(const BatchRequest& request) const {
+  const std::size_t slot = slot_bytes(request);
+  std::size_t n = options_.kv_memory_bytes == 0 ? static_cast<std::size_t>(1) << 30 : options_.kv_memory_bytes / slot;
+  if (options_.max_batch > 0) n = std::min<std::size_t>(n, static_cast<std::size_t>(options_.max_batch));
+  return static_cast<int>(std::min<std::size_t>(n, 1u << 30));
+}
+
+std::uint64_t BatchEngine::submit(BatchRequest request) {
+  const ModelConfig& c = model_.config();
+  if (request.prompt.empty()) throw Error("the prompt is empty: give at least one token");
+  for (int id : request.prompt)
+    if (id < 0 || id >= c.vocab_size)
+      throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                  std::to_string(c.vocab_size) + ")");
+  if (request.max_new_tokens < 0) throw Error("the number of tokens to predict must be >= 0");
+  request.sampling.validate();
+  const int context = options_.context_size > 0 ? options_.context_size : c.max_position_embeddings;
+  const int prompt = static_cast<int>(request.prompt.size());
+  if (prompt >= context)
+    throw Error("the prompt has " + std::to_string(prompt) + " tokens, which does not fit the context of " +
+                std::to_string(context) + " tokens (raise --ctx-size or shorten the prompt)");
+  auto seq = std::make_unique<Sequence>();
+  seq->compressor = std::make_unique<SequenceCompressor>(request.compression, request.compression_vocab);
+  seq->max_new = std::min(request.max_new_tokens, context - prompt);
+  seq->capacity = seq->compressor->cache_capacity(prompt, seq->max_new);
+  seq->slot_bytes = KvCache::kv_bytes_for(model_.cache_shape(seq->capacity, seq->compressor->window()));
+  if (options_.kv_memory_bytes > 0 && seq->slot_bytes > options_.kv_memory_bytes)
+    throw Error("the request needs a KV cache of " + std::to_string(seq->slot_bytes) + " bytes (" +
+                std::to_string(seq->capacity) + " entries per head), more than the whole KV memory cap of " +
+                std::to_string(options_.kv_memory_bytes) + " bytes: lower the budget or max tokens, or raise the cap");
+  if (request.on_compression) seq->compressor->set_listener(request.on_compression);
+  seq->id = next_id_++;
+  seq->request = std::move(request);
+  seq->submitted = Clock::now();
+  waiting_.push_back(std::move(seq));
+  return waiting_.back()->id;
+}
+
+void BatchEngine::admit() {
+  while (!waiting_.empty()) {
+    Sequence& seq = *waiting_.front();
+    if (options_.max_batch > 0 && static_cast<int>(running_.size()) >= options_.max_batch) break;
+    if (options_.kv_memory_bytes > 0 && kv_bytes_in_use_ + seq.slot_bytes > options_.kv_memory_bytes) break;
+    seq.cache = std::make_unique<KvCache>(model_.cache_shape(seq.capacity, seq.compressor->window()));
+    seq.compressor->init_cache(*seq.cache);
+    seq.sampler = std::make_unique<Sampler>(seq.request.sampling);
+    seq.admitted = Clock::now();
+    kv_bytes_in_use_ += seq.slot_bytes;
+    peak_kv_bytes_ = std::max(peak_kv_bytes_, kv_bytes_in_use_);
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  peak_running_ = std::max(peak_running_, static_cast<int>(running_.size()));
+}
+
+void BatchEngine::finish(Sequence& seq, const std::string& reason) {
+  seq.finished = true;
+  seq.stop_reason = reason;
+}
+
+bool BatchEngine::step() {
+  admit();
+  if (running_.empty()) return !waiting_.empty();
+
+  // Rows: one decode row per sequence past its prompt, then prompt chunks within the budget.
+  std::vector<ForwardRow> rows;
+  std::vector<Sequence*> row_seq;
+  CompressionObserver observer(&pool_);
+  for (auto& s : running_) {
+    if (s->prefilling() || s->next_token < 0) continue;
+    const int position = s->prompt_size() + static_cast<int>(s->generated.size()) - 1;
+    s->compressor->begin_decode_step(s->next_token, position, *s->cache);
+    rows.push_back({s->cache.get(), s->next_token, position, true});
+    row_seq.push_back(s.get());
+    observer.attach(s->cache.get(), s->compressor.get());
+  }
+  const std::size_t n_decode = rows.size();
+  int prefill_budget = options_.prefill_chunk;
+  for (auto& s : running_) {
+    if (!s->prefilling() || prefill_budget == 0) continue;
+    const int n = std::min(prefill_budget, s->prompt_size() - s->prefilled);
+    for (int i = 0; i < n; ++i) {
+      const int p = s->prefilled + i;
+      rows.push_back({s->cache.get(), s->request.prompt[static_cast<std::size_t>(p)], p, p + 1 == s->prompt_size()});
+      row_seq.push_back(s.get());
+    }
+    observer.attach(s->cache.get(), s->compressor.get());
+    s->prefilled += n;
+    prefill_budget -= n;
+  }
+
+  std::size_t n_logits = 0;
+  for (const auto& r : rows) n_logits += r.want_logits ? 1 : 0;
+  logits_.resize(std::max<std::size_t>(1, n_logits) * static_cast<std::size_t>(model_.config().vocab_size));
+  const auto t0 = Clock::now();
+  model_.forward(rows, scratch_, pool_, logits_.data(), &observer);
+  const double step_seconds = seconds_between(t0, Clock::now());
+
+  const int V = model_.config().vocab_size;
+  std::size_t logit_row = 0;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    if (!rows[r].want_logits) continue;
+    Sequence& s = *row_seq[r];
+    float* logits = logits_.data() + logit_row++ * static_cast<std::size_t>(V);
+    if (r < n_decode) {
+      s.decode_seconds += step_seconds;
+      if (s.request.on_step_time) s.request.on_step_time(rows[r].position, step_seconds);
+    } else {
+      // The prompt is complete: compress it once if it exceeds the budget (ALGORITHMS.md 1).
+      s.compressor->compress_after_prefill(*s.cache, s.prompt_size(), &pool_);
+      s.prefill_done = Clock::now();
+      if (s.max_new == 0) {
+        finish(s, "length");
+        continue;
+      }
+    }
+    const int token = s.sampler->sample(logits, V);
+    const auto& eos = s.request.eos_ids;
+    if (!s.request.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
+      finish(s, "eos");
+      continue;
+    }
+    s.generated.push_back(token);
+    if (s.request.on_token && !s.request.on_token(token)) {
+      finish(s, "stopped");
+      continue;
+    }
+    if (static_cast<int>(s.generated.size()) >= s.max_new) {
+      finish(s, "length");
+      continue;
+    }
+    s.next_token = token;
+  }
+
+  // Retire finished sequences and free their slots.
+  for (auto& s : running_) {
+    if (!s->finished) continue;
+    BatchResult result;
+    result.id = s->id;
+    result.tokens = std::move(s->generated);
+    result.stop_reason = s->stop_reason;
+    result.prompt_tokens = s->prompt_size();
+    result.kv_bytes = s->slot_bytes;
+    result.cache_capacity = s->capacity;
+    result.compressions = s->compressor->compressions();
+    result.queued_seconds = seconds_between(s->submitted, s->admitted);
+    result.prefill_seconds = seconds_between(s->admitted, s->prefill_done);
+    result.decode_seconds = s->decode_seconds;
+    results_.push_back(std::move(result));
+    kv_bytes_in_use_ -= s->slot_bytes;
+  }
+  std::erase_if(running_, [](const auto& s) { return s->finished; });
+  return !running_.empty() || !waiting_.empty();
+}
+
+void BatchEngine::run() {
+  while (step()) {
+  }
+}
+
+std::vector<BatchResult> BatchEngine::take_results() {
+  std::vector<BatchResult> out;
+  out.swap(results_);
+  return out;
+}
+
+int BatchEngine::running() const { return static_cast<int>(running_.size()); }
+int BatchEngine::waiting() const { return static_cast<int>(waiting_.size()); }
+
+std::size_t parse_byte_size(const std::string& text) {
+  std::size_t used = 0;
+  double value = 0.0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = used == 0 ? "?" : text.substr(used);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+  double scale = 0.0;
+  if (unit.empty() || unit == "B") scale = 1.0;
+  else if (unit == "K" || unit == "KiB" || unit == "k") scale = 1024.0;
+  else if (unit == "M" || unit == "MiB") scale = 1024.0 * 1024.0;
+  else if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024.0 * 1024.0;
+  else if (unit == "KB") scale = 1e3;
+  else if (unit == "MB") scale = 1e6;
+  else if (unit == "GB") scale = 1e9;
+  if (scale == 0.0 || !(value > 0.0) || !std::isfinite(value))
+    throw Error("'" + text + "' is not a memory size (examples: 6GiB, 512MiB, 1.5G, 1000000)");
+  return static_cast<std::size_t>(value * scale);
+}
+
+}  // namespace rkv

@@ -1,0 +1,177 @@
+// Continuous batching: every sequence of a batch produces exactly the tokens it produces alone
+// (greedy), sequences join and leave mid-run, the KV memory cap is never exceeded, and a request
+// that can never fit is rejected without disturbing the others.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "engine/batch_engine.h"
+#include "engine/generator.h"
+#include "test_util.h"
+
+namespace rkv {
+namespace {
+
+struct Spec {
+  std::string method;
+  int budget;
+  int prompt_len;
+  int max_new;
+};
+
+BatchRequest make_request(const Spec& spec, int seed) {
+  BatchRequest r;
+  for (int i = 0; i < spec.prompt_len; ++i) r.prompt.push_back(3 + (i * 31 + seed * 97) % 500);
+  r.max_new_tokens = spec.max_new;
+  r.sampling.temperature = 0.0f;
+  r.ignore_eos = true;
+  r.compression = CompressionParams::defaults(parse_method(spec.method));
+  if (spec.method != "fullkv") {
+    r.compression.budget = spec.budget;
+    r.compression.buffer = 8;
+    r.compression.window = 4;
+    r.compression.sinks = 2;
+  }
+  return r;
+}
+
+class BatchEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto shared = test::shared_dir();
+    if (shared.empty()) GTEST_SKIP() << "../shared (the golden checkpoints) is not beside the repository";
+    model_ = Model::load(shared / "golden/models/llama_gqa_f32");
+  }
+
+  std::vector<int> alone(const Spec& spec, int seed) {
+    BatchEngine engine(*model_, pool_, {});
+    engine.submit(make_request(spec, seed));
+    engine.run();
+    auto results = engine.take_results();
+    return results.at(0).tokens;
+  }
+
+  std::unique_ptr<Model> model_;
+  ThreadPool pool_{2};
+};
+
+const std::vector<Spec> kSpecs = {
+    {"fullkv", 0, 12, 40}, {"rkv", 16, 30, 50}, {"snapkv", 20, 9, 35},  {"h2o", 16, 25, 45},
+    {"gkv", 24, 40, 30},   {"streamingllm", 12, 15, 60}, {"rkv", 32, 5, 20},
+};
+
+TEST_F(BatchEngineTest, AloneMatchesTheSingleSequenceGenerator) {
+  // The batch engine with one request and the Generator are the same computation.
+  const Spec spec = kSpecs[1];
+  const BatchRequest request = make_request(spec, 1);
+  Generator generator(*model_, pool_);
+  GenerateOptions options;
+  options.max_new_tokens = spec.max_new;
+  options.sampling = request.sampling;
+  options.ignore_eos = true;
+  options.compression = request.compression;
+  std::vector<int> expected;
+  generator.generate(request.prompt, options, [&](int t) {
+    expected.push_back(t);
+    return true;
+  });
+  EXPECT_EQ(alone(spec, 1), expected);
+}
+
+TEST_F(BatchEngineTest, EverySequenceOfABatchMatchesItsRunAlone) {
+  std::vector<std::vector<int>> expected;
+  for (std::size_t i = 0; i < kSpecs.size(); ++i) expected.push_back(alone(kSpecs[i], static_cast<int>(i)));
+  BatchEngineOptions options;
+  options.prefill_chunk = 16;  // prompts are prefilled over several steps, beside decoding sequences
+  BatchEngine engine(*model_, pool_, options);
+  std::map<std::uint64_t, std::size_t> index;
+  for (std::size_t i = 0; i < kSpecs.size(); ++i)
+    index[engine.submit(make_request(kSpecs[i], static_cast<int>(i)))] = i;
+  engine.run();
+  const auto results = engine.take_results();
+  ASSERT_EQ(results.size(), kSpecs.size());
+  for (const auto& r : results) {
+    const std::size_t i = index.at(r.id);
+    EXPECT_EQ(r.tokens, expected[i]) << kSpecs[i].method << " #" << i;
+    EXPECT_EQ(r.stop_reason, "length");
+  }
+  EXPECT_EQ(engine.peak_running(), static_cast<int>(kSpecs.size()));
+}
+
+TEST_F(BatchEngineTest, SequencesJoinAndLeaveMidRun) {
+  std::vector<std::vector<int>> expected;
+  for (std::size_t i = 0; i < kSpecs.size(); ++i) expected.push_back(alone(kSpecs[i], static_cast<int>(i)));
+  BatchEngine engine(*model_, pool_, {});
+  std::map<std::uint64_t, std::size_t> index;
+  std::size_t next = 0;
+  int steps = 0;
+  // A new request joins every 7 steps while earlier ones are decoding or have left.
+  while (next < kSpecs.size() || engine.running() + engine.waiting() > 0) {
+    if (next < kSpecs.size() && steps % 7 == 0) {
+      index[engine.submit(make_request(kSpecs[next], static_cast<int>(next)))] = next;
+      ++next;
+    }
+    engine.step();
+    ++steps;
+  }
+  const auto results = engine.take_results();
+  ASSERT_EQ(results.size(), kSpecs.size());
+  for (const auto& r : results) EXPECT_EQ(r.tokens, expected[index.at(r.id)]) << kSpecs[index.at(r.id)].method;
+  EXPECT_LT(engine.peak_running(), static_cast<int>(kSpecs.size()));  // some left before others joined
+}
+
+TEST_F(BatchEngineTest, MemoryCapIsNeverExceeded) {
+  const Spec spec{"rkv", 16, 20, 40};
+  BatchEngine probe(*model_, pool_, {});
+  const std::size_t slot = probe.slot_bytes(make_request(spec, 0));
+  // (16 + 8) entries x 2 layers x 2 KV heads x 16 dims x 4 bytes x (keys + values)
+  EXPECT_EQ(slot, static_cast<std::size_t>(24 * 2 * 2 * 16 * 4 * 2));
+  BatchEngineOptions options;
+  options.kv_memory_bytes = slot * 5 / 2;  // room for two sequences
+  BatchEngine engine(*model_, pool_, options);
+  EXPECT_EQ(engine.max_concurrent(make_request(spec, 0)), 2);
+  for (int i = 0; i < 5; ++i) engine.submit(make_request(spec, i));
+  while (engine.step()) {
+    EXPECT_LE(engine.kv_bytes_in_use(), options.kv_memory_bytes);
+    EXPECT_LE(engine.running(), 2);
+  }
+  EXPECT_EQ(engine.take_results().size(), 5u);
+  EXPECT_EQ(engine.peak_running(), 2);
+  EXPECT_LE(engine.peak_kv_bytes(), options.kv_memory_bytes);
+}
+
+TEST_F(BatchEngineTest, ARequestThatCanNeverFitIsRejected) {
+  BatchEngineOptions options;
+  options.kv_memory_bytes = 100 * 1024;
+  BatchEngine engine(*model_, pool_, options);
+  engine.submit(make_request({"rkv", 16, 10, 20}, 0));
+  try {
+    engine.submit(make_request({"fullkv", 0, 10, 400}, 1));  // 410 entries: ~210 KB
+    FAIL() << "a request larger than the cap must be rejected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than the whole KV memory cap"), std::string::npos) << e.what();
+  }
+  BatchRequest bad = make_request({"rkv", 16, 10, 20}, 2);
+  bad.prompt.push_back(100000);
+  EXPECT_THROW(engine.submit(bad), Error);
+  BatchRequest bad_budget = make_request({"rkv", 16, 10, 20}, 3);
+  bad_budget.compression.budget = 2;  // not larger than the window
+  EXPECT_THROW(engine.submit(bad_budget), Error);
+  engine.run();
+  const auto results = engine.take_results();
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].tokens.size(), 20u);
+}
+
+TEST(ByteSize, Parses) {
+  EXPECT_EQ(parse_byte_size("6GiB"), 6ull << 30);
+  EXPECT_EQ(parse_byte_size("512MiB"), 512ull << 20);
+  EXPECT_EQ(parse_byte_size("1.5G"), 3ull << 29);
+  EXPECT_EQ(parse_byte_size("1000000"), 1000000u);
+  EXPECT_EQ(parse_byte_size("2GB"), 2000000000u);
+  EXPECT_THROW(parse_byte_size("lots"), Error);
+  EXPECT_THROW(parse_byte_size("-1G"), Error);
+  EXPECT_THROW(parse_byte_size("5 parsecs"), Error);
+}
+
+}  // namespace
+}  // namespace rkv
