@@ -1,0 +1,264 @@
+// rkv bench: the R-KV paper's efficiency table (its Table 1) on this machine. For every generated
+// length, method, budget and batch size, a batch of identical-length requests (random prompt
+// tokens, eos ignored) runs through the batch engine under one KV memory cap; the table reports
+// KV memory per sequence, the saving against fullkv, the batch, throughput and decode time. A
+// second measurement times every decode step of a single sequence against its position
+// (fullkv grows with the context; a compressed cache stays flat) and plots it as SVG.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "common.h"
+#include "core/error.h"
+#include "core/svg_plot.h"
+#include "engine/batch_engine.h"
+#include "kernels/kernels.h"
+#include "kv_options.h"
+#include "model/model.h"
+
+namespace rkv::cli {
+namespace {
+
+struct Args {
+  std::string model;
+  int prompt_len = 128;
+  std::string gen_lens = "2048";
+  std::string methods = "fullkv,rkv";
+  std::string budgets = "1024";
+  std::string batches = "1,max";
+  std::string kv_memory;
+  int threads = 1;
+  std::string json_out, markdown_out, latency_plot;
+  std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
+};
+
+struct Budget {
+  int tokens = 0;
+  double ratio = 0.0;  // > 0 for "10%": a share of the generated length
+  std::string label;
+};
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  while (i <= text.size()) {
+    std::size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    if (j > i) out.push_back(text.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+std::vector<Budget> parse_budgets(const std::string& text) {
+  std::vector<Budget> out;
+  for (const auto& item : split(text)) {
+    Budget b;
+    b.label = item;
+    if (item.back() == '%') {
+      b.ratio = std::atof(item.substr(0, item.size() - 1).c_str()) / 100.0;
+      if (!(b.ratio > 0.0 && b.ratio <= 1.0)) throw Error("--budgets: '" + item + "' must be a percentage in (0, 100]");
+    } else {
+      const auto v = parse_int_list(item, "--budgets");
+      if (v.size() != 1 || v[0] <= 0) throw Error("--budgets: '" + item + "' must be a positive token count or a percentage");
+      b.tokens = v[0];
+    }
+    out.push_back(b);
+  }
+  if (out.empty()) throw Error("--budgets: give at least one budget");
+  return out;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void run(const Args& a) {
+  const std::vector<int> gen_lens = parse_int_list(a.gen_lens, "--gen-lens");
+  for (int g : gen_lens)
+    if (g <= 0) throw Error("--gen-lens: lengths must be positive");
+  if (a.prompt_len <= 0) throw Error("--prompt-len must be positive");
+  const auto budgets = parse_budgets(a.budgets);
+  const auto methods = split(a.methods);
+  for (const auto& m : methods) parse_method(m);
+  const auto batch_specs = split(a.batches);
+  for (const auto& b : batch_specs)
+    if (b != "max") parse_int_list(b, "--batch");
+  const std::size_t cap = a.kv_memory.empty() ? 0 : parse_byte_size(a.kv_memory);
+  for (const auto& b : batch_specs)
+    if (b == "max" && cap == 0) throw Error("--batch max needs a memory cap: give --kv-memory (e.g. 2GiB)");
+
+  auto model = Model::load(a.model);
+  const ModelConfig& c = model->config();
+  ThreadPool pool(a.threads);
+  std::fprintf(stderr, "bench: %s (%s, %d layers), %d threads, kernels %s, KV cap %s\n", a.model.c_str(),
+               c.architecture_name.c_str(), c.num_layers, a.threads,
+               std::string(kernels::isa_name(kernels::active_isa())).c_str(),
+               cap ? format_bytes(static_cast<double>(cap)).c_str() : "none");
+
+  Rng rng(2024);
+  std::vector<int> prompt(static_cast<std::size_t>(a.prompt_len));
+  for (int& t : prompt) t = static_cast<int>(rng.next() % static_cast<std::uint64_t>(c.vocab_size));
+
+  auto make_request = [&](const std::string& method, int budget, int gen_len) {
+    BatchRequest r;
+    r.prompt = prompt;
+    r.max_new_tokens = gen_len;
+    r.sampling.temperature = 0.0f;
+    r.ignore_eos = true;
+    KvOptions kv = *a.kv;
+    kv.values["method"] = method;
+    if (method != "fullkv") kv.values["budget"] = std::to_string(budget);
+    r.compression = kv.params();
+    return r;
+  };
+
+  nlohmann::json rows = nlohmann::json::array();
+  std::string table =
+      "| gen len | method | budget | KV bytes / seq | KV saving | batch | throughput (tok/s) | tokens | decode (s) |\n"
+      "|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  std::fprintf(stderr, "%s", table.c_str());
+  BatchEngineOptions engine_options;
+  engine_options.kv_memory_bytes = cap;
+  for (int gen_len : gen_lens) {
+    BatchEngine sizing(*model, pool, engine_options);
+    const std::size_t full_bytes = sizing.slot_bytes(make_request("fullkv", 0, gen_len));
+    for (const auto& method : methods) {
+      std::vector<Budget> method_budgets = method == "fullkv" ? std::vector<Budget>{Budget{0, 0.0, "-"}} : budgets;
+      for (const auto& b : method_budgets) {
+        const int budget = b.ratio > 0 ? std::max(1, static_cast<int>(b.ratio * gen_len + 0.5)) : b.tokens;
+        const BatchRequest request = make_request(method, budget, gen_len);
+        const std::size_t slot = sizing.slot_bytes(request);
+        if (cap > 0 && slot > cap) {
+          std::fprintf(stderr, "bench: %s budget %s: one sequence needs %s, more than the cap; skipped\n", method.c_str(),
+                       b.label.c_str(), format_bytes(static_cast<double>(slot)).c_str());
+          continue;
+        }
+        for (const auto& spec : batch_specs) {
+          const int batch = spec == "max" ? sizing.max_concurrent(request) : parse_int_list(spec, "--batch")[0];
+          if (batch <= 0) continue;
+          BatchEngine engine(*model, pool, engine_options);
+          std::int64_t produced = 0;
+          const std::int64_t total = static_cast<std::int64_t>(batch) * gen_len;
+          const double t0 = now_seconds();
+          double last_report = t0;
+          for (int i = 0; i < batch; ++i) {
+            BatchRequest r = request;
+            r.on_token = [&produced](int) {
+              ++produced;
+              return true;
+            };
+            engine.submit(std::move(r));
+          }
+          while (engine.step()) {
+            const double now = now_seconds();
+            if (now - last_report > 10.0) {
+              last_report = now;
+              const double rate = produced / (now - t0);
+              std::fprintf(stderr, "bench: %s %s batch %d: %lld/%lld tokens, %.1f tok/s, ETA %.0f s\n", method.c_str(),
+                           b.label.c_str(), batch, static_cast<long long>(produced), static_cast<long long>(total), rate,
+                           rate > 0 ? (total - produced) / rate : 0.0);
+            }
+          }
+          const double wall = now_seconds() - t0;
+          double decode = 0.0;
+          for (const auto& r : engine.take_results()) decode = std::max(decode, r.decode_seconds);
+          const double saving = 100.0 * (1.0 - static_cast<double>(slot) / static_cast<double>(full_bytes));
+          const double throughput = produced / wall;
+          char line[512];
+          std::snprintf(line, sizeof(line), "| %d | %s | %s | %s | %.1f%% | %d | %.2f | %lld | %.1f |\n", gen_len,
+                        method.c_str(), method == "fullkv" ? "-" : (std::to_string(budget) + (b.ratio > 0 ? " (" + b.label + ")" : "")).c_str(),
+                        format_bytes(static_cast<double>(slot)).c_str(), saving, batch, throughput,
+                        static_cast<long long>(produced), decode);
+          table += line;
+          std::printf("%s", line);
+          std::fflush(stdout);
+          rows.push_back({{"gen_len", gen_len},
+                          {"prompt_len", a.prompt_len},
+                          {"method", method},
+                          {"budget", method == "fullkv" ? nlohmann::json(nullptr) : nlohmann::json(budget)},
+                          {"budget_label", b.label},
+                          {"batch", batch},
+                          {"kv_bytes_per_sequence", slot},
+                          {"memory_saving_pct", saving},
+                          {"throughput_tok_s", throughput},
+                          {"tokens", produced},
+                          {"decode_s", decode},
+                          {"wall_s", wall}});
+        }
+      }
+    }
+  }
+
+  // Per-token decode latency against position, one sequence per method.
+  std::vector<PlotSeries> series;
+  if (!a.latency_plot.empty()) {
+    const int gen_len = gen_lens.back();
+    for (const auto& method : methods) {
+      const int budget = budgets[0].ratio > 0 ? static_cast<int>(budgets[0].ratio * gen_len + 0.5) : budgets[0].tokens;
+      BatchRequest r = make_request(method, budget, gen_len);
+      const int bucket = std::max(1, gen_len / 128);
+      PlotSeries s;
+      s.name = method == "fullkv" ? "fullkv" : method + " (budget " + std::to_string(budget) + ")";
+      double acc = 0.0;
+      int count = 0;
+      r.on_step_time = [&](int position, double seconds) {
+        acc += seconds;
+        if (++count == bucket) {
+          s.x.push_back(position);
+          s.y.push_back(1000.0 * acc / count);
+          acc = 0.0;
+          count = 0;
+        }
+      };
+      std::fprintf(stderr, "bench: latency of one %s sequence over %d tokens...\n", method.c_str(), gen_len);
+      BatchEngine engine(*model, pool, {});
+      engine.submit(std::move(r));
+      engine.run();
+      series.push_back(std::move(s));
+    }
+    write_line_plot(a.latency_plot, series,
+                    {"Decode latency per token (one sequence, " + std::to_string(a.threads) + " threads)",
+                     "position (tokens)", "ms per token", true, false});
+    std::fprintf(stderr, "bench: wrote %s\n", a.latency_plot.c_str());
+  }
+  if (!a.markdown_out.empty()) std::ofstream(a.markdown_out) << table;
+  if (!a.json_out.empty()) {
+    nlohmann::json latency = nlohmann::json::array();
+    for (const auto& s : series) latency.push_back({{"name", s.name}, {"position", s.x}, {"ms_per_token", s.y}});
+    nlohmann::json out = {{"model", a.model},
+                          {"threads", a.threads},
+                          {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
+                          {"kv_memory_bytes", cap},
+                          {"rows", rows},
+                          {"latency", latency}};
+    std::ofstream(a.json_out) << out.dump(2) << "\n";
+  }
+}
+
+void setup(CLI::App& app) {
+  auto a = std::make_shared<Args>();
+  add_flag_option(app, "-m,--model", a->model, "Model directory (e.g. written by rkv make-model)")->required();
+  add_flag_option(app, "--prompt-len", a->prompt_len, "Prompt tokens per request (random ids)");
+  add_flag_option(app, "--gen-lens", a->gen_lens, "Generated tokens per request (eos ignored), comma-separated");
+  add_flag_option(app, "--methods", a->methods, "Compression methods to compare, comma-separated");
+  add_flag_option(app, "--budgets", a->budgets,
+                  "Budgets for the compressed methods: token counts or percentages of the generated length (10%)");
+  add_flag_option(app, "--batch", a->batches, "Batch sizes, comma-separated; `max` = as many as the KV cap allows");
+  add_flag_option(app, "--kv-memory", a->kv_memory, "KV memory cap for the whole batch, e.g. 2GiB (needed by --batch max)");
+  add_flag_option(app, "--json", a->json_out, "Write the rows (and the latency series) to this JSON file");
+  add_flag_option(app, "--markdown", a->markdown_out, "Write the table to this Markdown file");
+  add_flag_option(app, "--latency-plot", a->latency_plot,
+                  "Write the per-token decode latency of one sequence per method, against position, as SVG");
+  add_threads_option(app, a->threads);
+  add_kv_options(app, a->kv);
+  app.callback([a] { run(*a); });
+}
+
+const RegisterCommand reg("bench", "Throughput and memory of compressed against full KV caches under a memory cap (R-KV Table 1)",
+                          setup);
+
+}  // namespace
+}  // namespace rkv::cli
