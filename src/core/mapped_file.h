@@ -1,4 +1,10 @@
-// A read-only memory map of a whole file (weights are used in place, never copied).
+// The bytes of a whole file, read-only, used in place (weights are never converted or copied
+// tensor by tensor).
+//
+// By default the file is read once into anonymous memory backed by transparent huge pages:
+// decode streams every weight once per token, and on 4 KiB page-cache pages the TLB misses cost
+// about half the decode speed (measured in docs/PERFORMANCE.md). RKV_LOAD_MODE=mmap maps the
+// file instead (for models larger than the free memory; pages load on first use).
 #pragma once
 
 #include <cstddef>
@@ -8,7 +14,7 @@ namespace rkv {
 
 class MappedFile {
  public:
-  // Throws rkv::Error naming the file when it cannot be opened or mapped.
+  // Throws rkv::Error naming the file when it cannot be opened, read or mapped.
   explicit MappedFile(const std::filesystem::path& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
@@ -22,6 +28,7 @@ class MappedFile {
   std::filesystem::path path_;
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
+  std::size_t mapped_len_ = 0;
 };
 
 }  // namespace rkv
