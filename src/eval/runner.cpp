@@ -1,0 +1,323 @@
+#include "eval/runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+#include "core/svg_plot.h"
+#include "engine/batch_engine.h"
+#include "engine/compression_vocab.h"
+#include "model/model.h"
+#include "rkv/chat_template.h"
+#include "rkv/tokenizer.h"
+
+namespace rkv::eval {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Job {
+  const Example* example = nullptr;
+  int sample = 0;
+  std::string method;
+  int budget = 0;
+  std::string budget_label;
+};
+
+std::string record_key(const std::string& example_id, int sample, const std::string& method, const std::string& budget) {
+  return example_id + "\x1f" + std::to_string(sample) + "\x1f" + method + "\x1f" + budget;
+}
+
+std::vector<json> read_records(const std::filesystem::path& path) {
+  std::vector<json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      out.push_back(json::parse(line));
+    } catch (const json::exception&) {
+      // A line cut short by an interruption: that sample is simply run again.
+    }
+  }
+  return out;
+}
+
+std::uint64_t sample_seed(std::uint64_t seed, std::size_t example, int sample) {
+  std::uint64_t z = seed ^ (0x9e3779b97f4a7c15ull * (example + 1)) ^ (0xbf58476d1ce4e5b9ull * static_cast<std::uint64_t>(sample + 1));
+  z = (z ^ (z >> 31)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 29);
+}
+
+std::string format_duration(double s) {
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof(buf), "%dh%02dm", static_cast<int>(s / 3600), static_cast<int>(s / 60) % 60);
+  else if (s >= 60) std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s / 60), static_cast<int>(s) % 60);
+  else std::snprintf(buf, sizeof(buf), "%.0fs", s);
+  return buf;
+}
+
+}  // namespace
+
+std::vector<BudgetSpec> parse_budget_specs(const std::string& text) {
+  std::vector<BudgetSpec> out;
+  std::size_t i = 0;
+  while (i <= text.size()) {
+    std::size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    const std::string item = text.substr(i, j - i);
+    i = j + 1;
+    if (item.empty()) continue;
+    BudgetSpec b;
+    b.label = item;
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.back() == '%' && end == item.c_str() + item.size() - 1 && v > 0 && v <= 100) {
+      b.ratio = v / 100.0;
+    } else if (end == item.c_str() + item.size() && v >= 1 && v == std::floor(v) && v < 1e8) {
+      b.tokens = static_cast<int>(v);
+    } else {
+      throw Error("budget '" + item + "': expected a token count (512) or a percentage of the mean fullkv length (10%)");
+    }
+    out.push_back(b);
+  }
+  return out;
+}
+
+std::vector<ResultRow> summarize(const std::filesystem::path& samples_jsonl) {
+  struct Acc {
+    std::string method, label;
+    int budget = 0;
+    double correct = 0, tokens = 0, kv = 0;
+    std::size_t n = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Acc> groups;
+  std::vector<std::pair<std::string, std::string>> order;
+  for (const json& r : read_records(samples_jsonl)) {
+    const auto key = std::make_pair(r.value("method", std::string()), r.value("budget_label", std::string()));
+    auto [it, inserted] = groups.try_emplace(key);
+    if (inserted) order.push_back(key);
+    Acc& a = it->second;
+    a.method = key.first;
+    a.label = key.second;
+    a.budget = r.value("budget", 0);
+    a.correct += r.value("correct", false) ? 1.0 : 0.0;
+    a.tokens += r.value("generated_tokens", 0);
+    a.kv += r.value("kv_bytes", 0.0);
+    ++a.n;
+  }
+  double full_pass = -1.0;
+  for (const auto& [key, a] : groups)
+    if (a.method == "fullkv") full_pass = a.correct / static_cast<double>(a.n);
+  std::vector<ResultRow> rows;
+  for (const auto& key : order) {
+    const Acc& a = groups[key];
+    ResultRow row;
+    row.method = a.method;
+    row.budget_label = a.label;
+    row.budget = a.budget;
+    row.samples = a.n;
+    row.pass_at_1 = a.correct / static_cast<double>(a.n);
+    row.relative_to_fullkv = full_pass > 0 ? row.pass_at_1 / full_pass : 0.0;
+    row.mean_generated_tokens = a.tokens / static_cast<double>(a.n);
+    row.kv_bytes = static_cast<std::size_t>(a.kv / static_cast<double>(a.n));
+    rows.push_back(row);
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const ResultRow& x, const ResultRow& y) {
+    if ((x.method == "fullkv") != (y.method == "fullkv")) return x.method == "fullkv";
+    if (x.method != y.method) return false;
+    return x.budget < y.budget;
+  });
+  return rows;
+}
+
+RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Dataset& dataset, const RunnerOptions& o,
+                    ThreadPool& pool) {
+  if (o.samples <= 0) throw Error("--samples must be at least 1");
+  if (o.methods.empty()) throw Error("--methods: give at least one method");
+  for (const auto& m : o.methods) parse_method(m);
+  const bool has_full = std::find(o.methods.begin(), o.methods.end(), "fullkv") != o.methods.end();
+  const bool has_compressed = std::any_of(o.methods.begin(), o.methods.end(), [](const auto& m) { return m != "fullkv"; });
+  if (has_compressed && o.budgets.empty()) throw Error("--budgets: compressed methods need at least one budget");
+  for (const auto& b : o.budgets)
+    if (b.ratio > 0 && !has_full)
+      throw Error("budget '" + b.label + "' is a share of the mean fullkv length: add fullkv to --methods");
+  if (o.out_dir.empty()) throw Error("--out: give an output directory");
+  std::filesystem::create_directories(o.out_dir);
+  const auto samples_path = o.out_dir / "samples.jsonl";
+
+  // Prompts, once per problem.
+  const ChatTemplate chat = resolve_chat_template(tokenizer, o.chat_template);
+  std::vector<std::vector<int>> prompts;
+  for (const auto& ex : dataset.examples) {
+    const std::string text = render_chat(chat, {{"user", render_prompt(o.prompt_template, ex.question)}}, true);
+    const auto ids = tokenizer.encode(text, true);
+    prompts.emplace_back(ids.begin(), ids.end());
+  }
+  const int max_new = o.max_new_tokens > 0 ? o.max_new_tokens : dataset.max_length;
+  const CompressionVocab vocab = compression_vocab(tokenizer);
+  std::vector<int> eos = model.config().eos_token_ids;
+  for (int id : tokenizer.eos_ids())
+    if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+
+  std::set<std::string> done;
+  RunSummary summary;
+  for (const json& r : read_records(samples_path)) {
+    done.insert(record_key(r.value("example_id", std::string()), r.value("sample", 0), r.value("method", std::string()),
+                           r.value("budget_label", std::string())));
+  }
+  bool ends_mid_line = false;
+  if (std::ifstream existing(samples_path, std::ios::binary); existing && existing.seekg(0, std::ios::end).tellg() > 0) {
+    existing.seekg(-1, std::ios::end);
+    ends_mid_line = existing.get() != '\n';
+  }
+  std::ofstream out(samples_path, std::ios::app);
+  if (!out) throw Error(samples_path.string() + ": cannot write");
+  if (ends_mid_line) out << '\n';  // an interrupted write: the cut line stays unparsable and is redone
+
+  auto make_params = [&](const std::string& method, int budget) {
+    CompressionParams p = CompressionParams::defaults(parse_method(method));
+    if (method != "fullkv") {
+      for (const auto& [name, value] : o.kv_settings) p.set(name, value);
+      p.budget = budget;
+    }
+    p.validate();
+    return p;
+  };
+
+  auto run_phase = [&](const std::vector<Job>& all_jobs, const char* phase) {
+    std::vector<Job> jobs;
+    for (const auto& j : all_jobs) {
+      if (done.count(record_key(j.example->id, j.sample, j.method, j.budget_label))) ++summary.resumed;
+      else jobs.push_back(j);
+    }
+    if (jobs.empty()) return;
+    BatchEngineOptions engine_options;
+    engine_options.kv_memory_bytes = o.kv_memory_bytes;
+    engine_options.max_batch = o.max_batch;
+    BatchEngine engine(model, pool, engine_options);
+    std::map<std::uint64_t, std::size_t> job_of;
+    std::int64_t tokens = 0;
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      const Job& j = jobs[i];
+      BatchRequest r;
+      r.prompt = prompts[j.example->index];
+      r.max_new_tokens = max_new;
+      r.sampling.temperature = o.temperature;
+      r.sampling.top_p = o.top_p;
+      r.sampling.top_k = o.top_k;
+      r.sampling.seed = sample_seed(o.seed, j.example->index, j.sample);
+      r.eos_ids = eos;
+      r.compression = make_params(j.method, j.budget);
+      r.compression_vocab = vocab;
+      r.on_token = [&tokens](int) {
+        ++tokens;
+        return true;
+      };
+      job_of[engine.submit(std::move(r))] = i;
+    }
+    const auto t0 = Clock::now();
+    auto last = t0;
+    std::size_t finished = 0;
+    for (bool more = true; more;) {
+      more = engine.step();
+      for (auto& result : engine.take_results()) {
+        const Job& j = jobs[job_of.at(result.id)];
+        const std::string text = tokenizer.decode(std::vector<std::int32_t>(result.tokens.begin(), result.tokens.end()), true);
+        const Grade g = grade_output(text, j.example->answer, dataset.style);
+        json rec = {{"example_id", j.example->id}, {"example_index", j.example->index}, {"sample", j.sample},
+                    {"method", j.method}, {"budget", j.budget}, {"budget_label", j.budget_label},
+                    {"gold", j.example->answer}, {"extracted", g.extracted}, {"correct", g.correct},
+                    {"prompt_tokens", result.prompt_tokens}, {"generated_tokens", result.tokens.size()},
+                    {"stop_reason", result.stop_reason}, {"kv_bytes", result.kv_bytes},
+                    {"time_s", result.prefill_seconds + result.decode_seconds}, {"output", text}};
+        out << rec.dump() << '\n';
+        out.flush();
+        ++finished;
+        ++summary.generated_now;
+      }
+      const auto now = Clock::now();
+      const double elapsed = std::chrono::duration<double>(now - t0).count();
+      if (o.progress && (std::chrono::duration<double>(now - last).count() >= 5.0 || !more)) {
+        last = now;
+        const double rate = finished > 0 ? elapsed / static_cast<double>(finished) : 0.0;
+        std::fprintf(o.progress, "[eval] %s: %zu/%zu samples (%.0f%%), %lld tokens, %.1f tok/s, ETA %s\n", phase, finished,
+                     jobs.size(), 100.0 * static_cast<double>(finished) / static_cast<double>(jobs.size()),
+                     static_cast<long long>(tokens), elapsed > 0 ? static_cast<double>(tokens) / elapsed : 0.0,
+                     finished > 0 ? format_duration(rate * static_cast<double>(jobs.size() - finished)).c_str() : "?");
+      }
+    }
+  };
+
+  auto jobs_for = [&](const std::string& method, int budget, const std::string& label) {
+    std::vector<Job> jobs;
+    for (const auto& ex : dataset.examples)
+      for (int s = 0; s < o.samples; ++s) jobs.push_back({&ex, s, method, budget, label});
+    return jobs;
+  };
+
+  if (has_full) run_phase(jobs_for("fullkv", 0, "-"), "fullkv");
+  double mean_full = 0.0;
+  if (has_full) {
+    for (const auto& row : summarize(samples_path))
+      if (row.method == "fullkv") mean_full = row.mean_generated_tokens;
+  }
+  std::vector<Job> compressed;
+  for (const auto& method : o.methods) {
+    if (method == "fullkv") continue;
+    for (const auto& b : o.budgets) {
+      const int budget = b.ratio > 0 ? static_cast<int>(std::lround(b.ratio * mean_full)) : b.tokens;
+      make_params(method, budget);  // fails early on a budget the method cannot take
+      const auto jobs = jobs_for(method, budget, b.label);
+      compressed.insert(compressed.end(), jobs.begin(), jobs.end());
+    }
+  }
+  run_phase(compressed, "compressed");
+
+  summary.results = summarize(samples_path);
+  json results = json::array();
+  std::string md = "| method | budget | pass@1 | relative to fullkv | mean generated tokens | samples |\n|---|---:|---:|---:|---:|---:|\n";
+  std::map<std::string, PlotSeries> series;
+  double full_pass = -1.0;
+  int min_budget = 1 << 30, max_budget = 0;
+  for (const auto& r : summary.results) {
+    results.push_back({{"method", r.method}, {"budget", r.method == "fullkv" ? json(nullptr) : json(r.budget)},
+                       {"budget_label", r.budget_label}, {"pass_at_1", r.pass_at_1},
+                       {"relative_to_fullkv", r.relative_to_fullkv}, {"mean_generated_tokens", r.mean_generated_tokens},
+                       {"samples", r.samples}, {"kv_bytes", r.kv_bytes}});
+    char line[256];
+    std::snprintf(line, sizeof(line), "| %s | %s | %.3f | %.3f | %.1f | %zu |\n", r.method.c_str(),
+                  r.method == "fullkv" ? "-" : (std::to_string(r.budget) + (r.budget_label.back() == '%' ? " (" + r.budget_label + ")" : "")).c_str(),
+                  r.pass_at_1, r.relative_to_fullkv, r.mean_generated_tokens, r.samples);
+    md += line;
+    if (r.method == "fullkv") {
+      full_pass = r.pass_at_1;
+    } else {
+      series[r.method].name = r.method;
+      series[r.method].x.push_back(r.budget);
+      series[r.method].y.push_back(r.pass_at_1);
+      min_budget = std::min(min_budget, r.budget);
+      max_budget = std::max(max_budget, r.budget);
+    }
+  }
+  std::vector<PlotSeries> plot;
+  if (full_pass >= 0 && max_budget > 0) plot.push_back({"fullkv", {double(min_budget), double(max_budget)}, {full_pass, full_pass}});
+  for (auto& [name, s] : series) plot.push_back(s);
+  write_line_plot((o.out_dir / "accuracy.svg").string(), plot,
+                  {"pass@1 against KV budget (" + dataset.name + ")", "KV budget (tokens per head)", "pass@1", true, true});
+  std::ofstream(o.out_dir / "summary.json") << json{{"dataset", dataset.name}, {"samples_per_problem", o.samples},
+                                                    {"problems", dataset.examples.size()}, {"results", results}}
+                                                   .dump(2)
+                                            << "\n";
+  std::ofstream(o.out_dir / "summary.md") << md;
+  return summary;
+}
+
+}  // namespace rkv::eval

@@ -1,0 +1,131 @@
+// The eval runner: one record per (problem, sample, method, budget), an interrupted run resumes
+// where it stopped and ends with the same records, and the summary's arithmetic.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "eval/runner.h"
+#include "model/model.h"
+#include "model/random_checkpoint.h"
+#include "rkv/tokenizer.h"
+#include "core/error.h"
+#include "test_util.h"
+
+namespace rkv::eval {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> lines_of(const fs::path& p) {
+  std::ifstream in(p);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+TEST(EvalRunner, ResumesAnInterruptedRunToTheSameRecords) {
+  const fs::path dir = fs::temp_directory_path() / ("rkv-eval-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  RandomCheckpointOptions ck;
+  ck.shape = "tiny";
+  write_random_checkpoint(dir / "model", ck);
+  {
+    std::ofstream data(dir / "data.jsonl");
+    data << R"({"problem": "What is 1+1?", "answer": "2", "unique_id": "a"})" << "\n"
+         << R"({"problem": "What is 2+3?", "answer": "5", "unique_id": "b"})" << "\n"
+         << R"({"problem": "What is 10-4?", "answer": "6", "unique_id": "c"})" << "\n";
+  }
+  auto model = Model::load(dir / "model");
+  const Tokenizer tokenizer = Tokenizer::load(dir / "model");
+  const Dataset dataset = load_dataset(dir / "data.jsonl", {});
+  ThreadPool pool(2);
+  RunnerOptions o;
+  o.methods = {"fullkv", "rkv"};
+  o.budgets = parse_budget_specs("24,75%");
+  o.kv_settings = {{"buffer", "8"}};
+  o.samples = 2;
+  o.max_new_tokens = 40;
+  o.progress = nullptr;
+  o.out_dir = dir / "run1";
+  const RunSummary first = run_eval(*model, tokenizer, dataset, o, pool);
+  EXPECT_EQ(first.generated_now, 3u * 2u * 3u);  // 3 problems x 2 samples x (fullkv + 2 budgets)
+  EXPECT_EQ(first.resumed, 0u);
+  const auto records = lines_of(o.out_dir / "samples.jsonl");
+  ASSERT_EQ(records.size(), 18u);
+
+  // Interrupt: the run lost its last 4 records and wrote half of a fifth.
+  o.out_dir = dir / "run2";
+  fs::create_directories(o.out_dir);
+  {
+    std::ofstream partial(o.out_dir / "samples.jsonl");
+    for (std::size_t i = 0; i + 4 < records.size(); ++i) partial << records[i] << "\n";
+    partial << records.back().substr(0, 40);
+  }
+  const RunSummary second = run_eval(*model, tokenizer, dataset, o, pool);
+  EXPECT_EQ(second.resumed, 14u);
+  EXPECT_EQ(second.generated_now, 4u);
+  // Same seeds per (problem, sample): the resumed run ends with the same outputs and summary.
+  ASSERT_EQ(second.results.size(), first.results.size());
+  for (std::size_t i = 0; i < first.results.size(); ++i) {
+    EXPECT_EQ(second.results[i].method, first.results[i].method);
+    EXPECT_EQ(second.results[i].budget, first.results[i].budget);
+    EXPECT_EQ(second.results[i].mean_generated_tokens, first.results[i].mean_generated_tokens);
+    EXPECT_EQ(second.results[i].samples, 6u);
+  }
+  const auto summary = test::read_json(o.out_dir / "summary.json");
+  ASSERT_EQ(summary["results"].size(), 3u);
+  for (const auto& r : summary["results"])
+    for (const char* key : {"method", "budget", "pass_at_1", "relative_to_fullkv", "mean_generated_tokens", "samples"})
+      EXPECT_TRUE(r.contains(key)) << key;
+  EXPECT_TRUE(fs::exists(o.out_dir / "accuracy.svg"));
+  fs::remove_all(dir);
+}
+
+TEST(EvalRunner, SummaryArithmetic) {
+  const fs::path path = fs::temp_directory_path() / ("rkv-summary-" + std::to_string(::getpid()) + ".jsonl");
+  {
+    std::ofstream out(path);
+    // fullkv: 3 of 4 correct; rkv 64: 1 of 2; rkv 32: 0 of 2.
+    auto rec = [&](const char* method, int budget, const char* label, bool correct, int tokens) {
+      out << nlohmann::json{{"method", method}, {"budget", budget}, {"budget_label", label}, {"correct", correct},
+                             {"generated_tokens", tokens}, {"kv_bytes", 1000}}
+                 .dump()
+          << "\n";
+    };
+    rec("fullkv", 0, "-", true, 100);
+    rec("fullkv", 0, "-", true, 200);
+    rec("fullkv", 0, "-", false, 300);
+    rec("fullkv", 0, "-", true, 400);
+    rec("rkv", 64, "64", true, 50);
+    rec("rkv", 64, "64", false, 70);
+    rec("rkv", 32, "32", false, 10);
+    rec("rkv", 32, "32", false, 20);
+  }
+  const auto rows = summarize(path);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].method, "fullkv");
+  EXPECT_DOUBLE_EQ(rows[0].pass_at_1, 0.75);
+  EXPECT_DOUBLE_EQ(rows[0].relative_to_fullkv, 1.0);
+  EXPECT_DOUBLE_EQ(rows[0].mean_generated_tokens, 250.0);
+  EXPECT_EQ(rows[1].budget, 32);  // budgets ascending within a method
+  EXPECT_DOUBLE_EQ(rows[1].pass_at_1, 0.0);
+  EXPECT_EQ(rows[2].budget, 64);
+  EXPECT_DOUBLE_EQ(rows[2].pass_at_1, 0.5);
+  EXPECT_DOUBLE_EQ(rows[2].relative_to_fullkv, 0.5 / 0.75);
+  EXPECT_DOUBLE_EQ(rows[2].mean_generated_tokens, 60.0);
+  fs::remove(path);
+}
+
+TEST(EvalRunner, BudgetSpecs) {
+  const auto specs = parse_budget_specs("256,10%,1024");
+  ASSERT_EQ(specs.size(), 3u);
+  EXPECT_EQ(specs[0].tokens, 256);
+  EXPECT_DOUBLE_EQ(specs[1].ratio, 0.1);
+  EXPECT_EQ(specs[2].tokens, 1024);
+  EXPECT_THROW(parse_budget_specs("abc"), Error);
+  EXPECT_THROW(parse_budget_specs("0"), Error);
+  EXPECT_THROW(parse_budget_specs("150%"), Error);
+}
+
+}  // namespace
+}  // namespace rkv::eval

@@ -1,0 +1,119 @@
+// rkv eval: pass@1 against KV budget on a reasoning benchmark, through the batch engine.
+#include <cstdio>
+
+#include "command.h"
+#include "common.h"
+#include "core/error.h"
+#include "engine/batch_engine.h"
+#include "eval/runner.h"
+#include "kv_options.h"
+#include "model/model.h"
+#include "rkv/tokenizer.h"
+
+namespace rkv::cli {
+namespace {
+
+struct Args {
+  std::string model, tokenizer, dataset, preset, question_field, answer_field;
+  std::size_t limit = 0;
+  int samples = 1;
+  long long seed = 0;
+  std::string methods = "fullkv";
+  std::string budgets;
+  float temperature = 0.6f;
+  float top_p = 0.95f;
+  int top_k = 0;
+  int max_new = 0;
+  std::string chat_template, prompt_template, kv_memory, out;
+  int max_batch = 0;
+  int threads = 1;
+  std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
+};
+
+void run(const Args& a) {
+  eval::DatasetOptions dataset_options;
+  dataset_options.preset = a.preset;
+  dataset_options.question_field = a.question_field;
+  dataset_options.answer_field = a.answer_field;
+  dataset_options.limit = a.limit;
+  const eval::Dataset dataset = eval::load_dataset(a.dataset, dataset_options);
+  if (dataset.examples.empty()) throw Error(a.dataset + ": no examples");
+
+  eval::RunnerOptions o;
+  o.methods.clear();
+  std::size_t i = 0;
+  while (i <= a.methods.size()) {
+    std::size_t j = a.methods.find(',', i);
+    if (j == std::string::npos) j = a.methods.size();
+    if (j > i) o.methods.push_back(a.methods.substr(i, j - i));
+    i = j + 1;
+  }
+  o.budgets = eval::parse_budget_specs(a.budgets);
+  for (const auto& [name, value] : a.kv->values) {
+    if (name == "method") throw Error("use --methods (a list) with rkv eval, not --kv-method");
+    if (name == "budget") throw Error("use --budgets (a list) with rkv eval, not --kv-budget");
+    o.kv_settings.emplace_back(name, value);
+  }
+  o.samples = a.samples;
+  o.seed = static_cast<std::uint64_t>(a.seed);
+  o.temperature = a.temperature;
+  o.top_p = a.top_p;
+  o.top_k = a.top_k;
+  o.max_new_tokens = a.max_new;
+  o.chat_template = a.chat_template;
+  if (!a.prompt_template.empty()) o.prompt_template = eval::load_prompt_template(a.prompt_template);
+  o.kv_memory_bytes = a.kv_memory.empty() ? 0 : parse_byte_size(a.kv_memory);
+  o.max_batch = a.max_batch;
+  o.out_dir = a.out;
+
+  auto model = Model::load(a.model);
+  const Tokenizer tokenizer = Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer);
+  ThreadPool pool(a.threads);
+  std::fprintf(stderr, "[eval] %s: %zu problems x %d samples, methods %s, budgets %s, up to %d new tokens\n",
+               dataset.name.c_str(), dataset.examples.size(), a.samples, a.methods.c_str(),
+               a.budgets.empty() ? "-" : a.budgets.c_str(), a.max_new > 0 ? a.max_new : dataset.max_length);
+  const auto summary = eval::run_eval(*model, tokenizer, dataset, o, pool);
+  std::printf("| method | budget | pass@1 | relative to fullkv | mean generated tokens | samples |\n|---|---:|---:|---:|---:|---:|\n");
+  for (const auto& r : summary.results)
+    std::printf("| %s | %s | %.3f | %.3f | %.1f | %zu |\n", r.method.c_str(),
+                r.method == "fullkv" ? "-" : std::to_string(r.budget).c_str(), r.pass_at_1, r.relative_to_fullkv,
+                r.mean_generated_tokens, r.samples);
+  std::fprintf(stderr, "[eval] %zu samples generated now, %zu resumed; wrote %s/{samples.jsonl,summary.json,summary.md,accuracy.svg}\n",
+               summary.generated_now, summary.resumed, a.out.c_str());
+}
+
+void setup(CLI::App& app) {
+  auto a = std::make_shared<Args>();
+  add_flag_option(app, "-m,--model", a->model, "Model directory")->required();
+  add_flag_option(app, "--tokenizer", a->tokenizer, "Tokenizer directory (default: the model directory)");
+  add_flag_option(app, "--dataset", a->dataset, "Dataset jsonl file (e.g. ../shared/data/math500.jsonl)")->required();
+  add_flag_option(app, "--preset", a->preset,
+                  "Dataset preset: math500, aime24 or gsm8k (fields, answer style, default length); default: from the file name or the fields");
+  add_flag_option(app, "--question-field", a->question_field, "Field holding the question (overrides the preset)");
+  add_flag_option(app, "--answer-field", a->answer_field, "Field holding the gold answer (overrides the preset)");
+  add_flag_option(app, "--limit", a->limit, "Use only the first N problems (0: all)");
+  add_flag_option(app, "--samples", a->samples, "Samples per problem (pass@1 is averaged over them)")->check(CLI::PositiveNumber);
+  add_flag_option(app, "-s,--seed", a->seed, "Base seed; every (problem, sample) gets its own, shared by all methods");
+  add_flag_option(app, "--methods", a->methods, "Compression methods, comma-separated (fullkv,rkv,snapkv,...)");
+  add_flag_option(app, "--budgets", a->budgets,
+                  "Budgets for the compressed methods: tokens (256,512) or shares of the mean fullkv length (10%)");
+  add_flag_option(app, "--temp,--temperature", a->temperature, "Sampling temperature (0: greedy)");
+  add_flag_option(app, "--top-p", a->top_p, "Nucleus sampling mass");
+  add_flag_option(app, "--top-k", a->top_k, "Top-k sampling (0: off)");
+  add_flag_option(app, "-n,--max-new-tokens", a->max_new,
+                  "Maximum generated tokens (0: the dataset's default: MATH-500 8192, AIME 16384, GSM8K 8192)");
+  add_flag_option(app, "--chat-template", a->chat_template, "Chat template name (default: detected)");
+  add_flag_option(app, "--prompt-template", a->prompt_template,
+                  "File with the prompt text, {question} marks the problem (default: the R-KV evaluation prompt)");
+  add_flag_option(app, "--kv-memory", a->kv_memory, "KV memory cap for all running sequences, e.g. 4GiB (default: none)");
+  add_flag_option(app, "--max-batch", a->max_batch, "Most sequences running at once (0: as many as the cap allows)");
+  add_flag_option(app, "-o,--out", a->out, "Output directory (resumes when it already holds samples.jsonl)")->required();
+  add_threads_option(app, a->threads);
+  add_kv_options(app, a->kv);
+  app.callback([a] { run(*a); });
+}
+
+const RegisterCommand reg("eval", "Accuracy (pass@1) against KV budget on a math reasoning dataset, resumable", setup);
+
+}  // namespace
+}  // namespace rkv::cli
