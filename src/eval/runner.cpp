@@ -31,7 +31,8 @@ struct Job {
   std::string budget_label;
 };
 
-std::string record_key(const std::string& example_id, int sample, const std::string& method, const std::string& budget) {
+std::string record_key(const std::string& example_id, int sample, const std::string& method,
+                       const std::string& budget) {
   return example_id + "\x1f" + std::to_string(sample) + "\x1f" + method + "\x1f" + budget;
 }
 
@@ -51,16 +52,21 @@ std::vector<json> read_records(const std::filesystem::path& path) {
 }
 
 std::uint64_t sample_seed(std::uint64_t seed, std::size_t example, int sample) {
-  std::uint64_t z = seed ^ (0x9e3779b97f4a7c15ull * (example + 1)) ^ (0xbf58476d1ce4e5b9ull * static_cast<std::uint64_t>(sample + 1));
+  std::uint64_t z = seed ^ (0x9e3779b97f4a7c15ull * (example + 1)) ^
+                    (0xbf58476d1ce4e5b9ull * static_cast<std::uint64_t>(sample + 1));
   z = (z ^ (z >> 31)) * 0x94d049bb133111ebull;
   return z ^ (z >> 29);
 }
 
 std::string format_duration(double s) {
   char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof(buf), "%dh%02dm", static_cast<int>(s / 3600), static_cast<int>(s / 60) % 60);
-  else if (s >= 60) std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s / 60), static_cast<int>(s) % 60);
-  else std::snprintf(buf, sizeof(buf), "%.0fs", s);
+  if (s >= 3600)
+    std::snprintf(buf, sizeof(buf), "%dh%02dm", static_cast<int>(s / 3600),
+                  static_cast<int>(s / 60) % 60);
+  else if (s >= 60)
+    std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s / 60), static_cast<int>(s) % 60);
+  else
+    std::snprintf(buf, sizeof(buf), "%.0fs", s);
   return buf;
 }
 
@@ -84,7 +90,9 @@ std::vector<BudgetSpec> parse_budget_specs(const std::string& text) {
     } else if (end == item.c_str() + item.size() && v >= 1 && v == std::floor(v) && v < 1e8) {
       b.tokens = static_cast<int>(v);
     } else {
-      throw Error("budget '" + item + "': expected a token count (512) or a percentage of the mean fullkv length (10%)");
+      throw Error(
+          "budget '" + item +
+          "': expected a token count (512) or a percentage of the mean fullkv length (10%)");
     }
     out.push_back(b);
   }
@@ -101,7 +109,8 @@ std::vector<ResultRow> summarize(const std::filesystem::path& samples_jsonl) {
   std::map<std::pair<std::string, std::string>, Acc> groups;
   std::vector<std::pair<std::string, std::string>> order;
   for (const json& r : read_records(samples_jsonl)) {
-    const auto key = std::make_pair(r.value("method", std::string()), r.value("budget_label", std::string()));
+    const auto key =
+        std::make_pair(r.value("method", std::string()), r.value("budget_label", std::string()));
     auto [it, inserted] = groups.try_emplace(key);
     if (inserted) order.push_back(key);
     Acc& a = it->second;
@@ -138,17 +147,20 @@ std::vector<ResultRow> summarize(const std::filesystem::path& samples_jsonl) {
   return rows;
 }
 
-RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Dataset& dataset, const RunnerOptions& o,
-                    ThreadPool& pool) {
+RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Dataset& dataset,
+                    const RunnerOptions& o, ThreadPool& pool) {
   if (o.samples <= 0) throw Error("--samples must be at least 1");
   if (o.methods.empty()) throw Error("--methods: give at least one method");
   for (const auto& m : o.methods) parse_method(m);
   const bool has_full = std::find(o.methods.begin(), o.methods.end(), "fullkv") != o.methods.end();
-  const bool has_compressed = std::any_of(o.methods.begin(), o.methods.end(), [](const auto& m) { return m != "fullkv"; });
-  if (has_compressed && o.budgets.empty()) throw Error("--budgets: compressed methods need at least one budget");
+  const bool has_compressed =
+      std::any_of(o.methods.begin(), o.methods.end(), [](const auto& m) { return m != "fullkv"; });
+  if (has_compressed && o.budgets.empty())
+    throw Error("--budgets: compressed methods need at least one budget");
   for (const auto& b : o.budgets)
     if (b.ratio > 0 && !has_full)
-      throw Error("budget '" + b.label + "' is a share of the mean fullkv length: add fullkv to --methods");
+      throw Error("budget '" + b.label +
+                  "' is a share of the mean fullkv length: add fullkv to --methods");
   if (o.out_dir.empty()) throw Error("--out: give an output directory");
   std::filesystem::create_directories(o.out_dir);
   const auto samples_path = o.out_dir / "samples.jsonl";
@@ -157,7 +169,8 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
   const ChatTemplate chat = resolve_chat_template(tokenizer, o.chat_template);
   std::vector<std::vector<int>> prompts;
   for (const auto& ex : dataset.examples) {
-    const std::string text = render_chat(chat, {{"user", render_prompt(o.prompt_template, ex.question)}}, true);
+    const std::string text =
+        render_chat(chat, {{"user", render_prompt(o.prompt_template, ex.question)}}, true);
     const auto ids = tokenizer.encode(text, true);
     prompts.emplace_back(ids.begin(), ids.end());
   }
@@ -170,17 +183,20 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
   std::set<std::string> done;
   RunSummary summary;
   for (const json& r : read_records(samples_path)) {
-    done.insert(record_key(r.value("example_id", std::string()), r.value("sample", 0), r.value("method", std::string()),
+    done.insert(record_key(r.value("example_id", std::string()), r.value("sample", 0),
+                           r.value("method", std::string()),
                            r.value("budget_label", std::string())));
   }
   bool ends_mid_line = false;
-  if (std::ifstream existing(samples_path, std::ios::binary); existing && existing.seekg(0, std::ios::end).tellg() > 0) {
+  if (std::ifstream existing(samples_path, std::ios::binary);
+      existing && existing.seekg(0, std::ios::end).tellg() > 0) {
     existing.seekg(-1, std::ios::end);
     ends_mid_line = existing.get() != '\n';
   }
   std::ofstream out(samples_path, std::ios::app);
   if (!out) throw Error(samples_path.string() + ": cannot write");
-  if (ends_mid_line) out << '\n';  // an interrupted write: the cut line stays unparsable and is redone
+  if (ends_mid_line)
+    out << '\n';  // an interrupted write: the cut line stays unparsable and is redone
 
   auto make_params = [&](const std::string& method, int budget) {
     CompressionParams p = CompressionParams::defaults(parse_method(method));
@@ -195,8 +211,10 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
   auto run_phase = [&](const std::vector<Job>& all_jobs, const char* phase) {
     std::vector<Job> jobs;
     for (const auto& j : all_jobs) {
-      if (done.count(record_key(j.example->id, j.sample, j.method, j.budget_label))) ++summary.resumed;
-      else jobs.push_back(j);
+      if (done.count(record_key(j.example->id, j.sample, j.method, j.budget_label)))
+        ++summary.resumed;
+      else
+        jobs.push_back(j);
     }
     if (jobs.empty()) return;
     BatchEngineOptions engine_options;
@@ -230,14 +248,24 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
       more = engine.step();
       for (auto& result : engine.take_results()) {
         const Job& j = jobs[job_of.at(result.id)];
-        const std::string text = tokenizer.decode(std::vector<std::int32_t>(result.tokens.begin(), result.tokens.end()), true);
+        const std::string text = tokenizer.decode(
+            std::vector<std::int32_t>(result.tokens.begin(), result.tokens.end()), true);
         const Grade g = grade_output(text, j.example->answer, dataset.style);
-        json rec = {{"example_id", j.example->id}, {"example_index", j.example->index}, {"sample", j.sample},
-                    {"method", j.method}, {"budget", j.budget}, {"budget_label", j.budget_label},
-                    {"gold", j.example->answer}, {"extracted", g.extracted}, {"correct", g.correct},
-                    {"prompt_tokens", result.prompt_tokens}, {"generated_tokens", result.tokens.size()},
-                    {"stop_reason", result.stop_reason}, {"kv_bytes", result.kv_bytes},
-                    {"time_s", result.prefill_seconds + result.decode_seconds}, {"output", text}};
+        json rec = {{"example_id", j.example->id},
+                    {"example_index", j.example->index},
+                    {"sample", j.sample},
+                    {"method", j.method},
+                    {"budget", j.budget},
+                    {"budget_label", j.budget_label},
+                    {"gold", j.example->answer},
+                    {"extracted", g.extracted},
+                    {"correct", g.correct},
+                    {"prompt_tokens", result.prompt_tokens},
+                    {"generated_tokens", result.tokens.size()},
+                    {"stop_reason", result.stop_reason},
+                    {"kv_bytes", result.kv_bytes},
+                    {"time_s", result.prefill_seconds + result.decode_seconds},
+                    {"output", text}};
         out << rec.dump() << '\n';
         out.flush();
         ++finished;
@@ -248,10 +276,15 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
       if (o.progress && (std::chrono::duration<double>(now - last).count() >= 5.0 || !more)) {
         last = now;
         const double rate = finished > 0 ? elapsed / static_cast<double>(finished) : 0.0;
-        std::fprintf(o.progress, "[eval] %s: %zu/%zu samples (%.0f%%), %lld tokens, %.1f tok/s, ETA %s\n", phase, finished,
-                     jobs.size(), 100.0 * static_cast<double>(finished) / static_cast<double>(jobs.size()),
-                     static_cast<long long>(tokens), elapsed > 0 ? static_cast<double>(tokens) / elapsed : 0.0,
-                     finished > 0 ? format_duration(rate * static_cast<double>(jobs.size() - finished)).c_str() : "?");
+        std::fprintf(
+            o.progress, "[eval] %s: %zu/%zu samples (%.0f%%), %lld tokens, %.1f tok/s, ETA %s\n",
+            phase, finished, jobs.size(),
+            100.0 * static_cast<double>(finished) / static_cast<double>(jobs.size()),
+            static_cast<long long>(tokens),
+            elapsed > 0 ? static_cast<double>(tokens) / elapsed : 0.0,
+            finished > 0
+                ? format_duration(rate * static_cast<double>(jobs.size() - finished)).c_str()
+                : "?");
       }
     }
   };
@@ -273,7 +306,8 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
   for (const auto& method : o.methods) {
     if (method == "fullkv") continue;
     for (const auto& b : o.budgets) {
-      const int budget = b.ratio > 0 ? static_cast<int>(std::lround(b.ratio * mean_full)) : b.tokens;
+      const int budget =
+          b.ratio > 0 ? static_cast<int>(std::lround(b.ratio * mean_full)) : b.tokens;
       make_params(method, budget);  // fails early on a budget the method cannot take
       const auto jobs = jobs_for(method, budget, b.label);
       compressed.insert(compressed.end(), jobs.begin(), jobs.end());
@@ -283,18 +317,28 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
 
   summary.results = summarize(samples_path);
   json results = json::array();
-  std::string md = "| method | budget | pass@1 | relative to fullkv | mean generated tokens | samples |\n|---|---:|---:|---:|---:|---:|\n";
+  std::string md =
+      "| method | budget | pass@1 | relative to fullkv | mean generated tokens | samples "
+      "|\n|---|---:|---:|---:|---:|---:|\n";
   std::map<std::string, PlotSeries> series;
   double full_pass = -1.0;
   int min_budget = 1 << 30, max_budget = 0;
   for (const auto& r : summary.results) {
-    results.push_back({{"method", r.method}, {"budget", r.method == "fullkv" ? json(nullptr) : json(r.budget)},
-                       {"budget_label", r.budget_label}, {"pass_at_1", r.pass_at_1},
-                       {"relative_to_fullkv", r.relative_to_fullkv}, {"mean_generated_tokens", r.mean_generated_tokens},
-                       {"samples", r.samples}, {"kv_bytes", r.kv_bytes}});
+    results.push_back({{"method", r.method},
+                       {"budget", r.method == "fullkv" ? json(nullptr) : json(r.budget)},
+                       {"budget_label", r.budget_label},
+                       {"pass_at_1", r.pass_at_1},
+                       {"relative_to_fullkv", r.relative_to_fullkv},
+                       {"mean_generated_tokens", r.mean_generated_tokens},
+                       {"samples", r.samples},
+                       {"kv_bytes", r.kv_bytes}});
     char line[256];
     std::snprintf(line, sizeof(line), "| %s | %s | %.3f | %.3f | %.1f | %zu |\n", r.method.c_str(),
-                  r.method == "fullkv" ? "-" : (std::to_string(r.budget) + (r.budget_label.back() == '%' ? " (" + r.budget_label + ")" : "")).c_str(),
+                  r.method == "fullkv"
+                      ? "-"
+                      : (std::to_string(r.budget) +
+                         (r.budget_label.back() == '%' ? " (" + r.budget_label + ")" : ""))
+                            .c_str(),
                   r.pass_at_1, r.relative_to_fullkv, r.mean_generated_tokens, r.samples);
     md += line;
     if (r.method == "fullkv") {
@@ -308,12 +352,16 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
     }
   }
   std::vector<PlotSeries> plot;
-  if (full_pass >= 0 && max_budget > 0) plot.push_back({"fullkv", {double(min_budget), double(max_budget)}, {full_pass, full_pass}});
+  if (full_pass >= 0 && max_budget > 0)
+    plot.push_back({"fullkv", {double(min_budget), double(max_budget)}, {full_pass, full_pass}});
   for (auto& [name, s] : series) plot.push_back(s);
   write_line_plot((o.out_dir / "accuracy.svg").string(), plot,
-                  {"pass@1 against KV budget (" + dataset.name + ")", "KV budget (tokens per head)", "pass@1", true, true});
-  std::ofstream(o.out_dir / "summary.json") << json{{"dataset", dataset.name}, {"samples_per_problem", o.samples},
-                                                    {"problems", dataset.examples.size()}, {"results", results}}
+                  {"pass@1 against KV budget (" + dataset.name + ")", "KV budget (tokens per head)",
+                   "pass@1", true, true});
+  std::ofstream(o.out_dir / "summary.json") << json{{"dataset", dataset.name},
+                                                    {"samples_per_problem", o.samples},
+                                                    {"problems", dataset.examples.size()},
+                                                    {"results", results}}
                                                    .dump(2)
                                             << "\n";
   std::ofstream(o.out_dir / "summary.md") << md;

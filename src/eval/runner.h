@@ -20,9 +20,9 @@ class ThreadPool;
 namespace rkv::eval {
 
 struct BudgetSpec {
-  int tokens = 0;       // a fixed budget
-  double ratio = 0.0;   // > 0: a share of the mean fullkv generation length ("10%")
-  std::string label;    // as written
+  int tokens = 0;      // a fixed budget
+  double ratio = 0.0;  // > 0: a share of the mean fullkv generation length ("10%")
+  std::string label;   // as written
 };
 // "256,512,10%" -> specs. Throws rkv::Error.
 std::vector<BudgetSpec> parse_budget_specs(const std::string& text);
@@ -37,7 +37,7 @@ struct RunnerOptions {
   float temperature = 0.6f;
   float top_p = 0.95f;
   int top_k = 0;
-  int max_new_tokens = 0;  // 0: the dataset's default length
+  int max_new_tokens = 0;     // 0: the dataset's default length
   std::string chat_template;  // "" = detect
   std::string prompt_template = std::string(kDefaultPromptTemplate);
   std::size_t kv_memory_bytes = 0;
