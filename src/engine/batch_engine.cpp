@@ -31,6 +31,7 @@ struct BatchEngine::Sequence {
   std::string stop_reason;
   Clock::time_point submitted, admitted, prefill_done;
   double decode_seconds = 0.0;
+  int max_entries = 0;
 
   int prompt_size() const { return static_cast<int>(request.prompt.size()); }
   bool prefilling() const { return prefilled < prompt_size(); }
@@ -46,7 +47,7 @@ BatchEngine::BatchEngine(const Model& model, ThreadPool& pool, BatchEngineOption
 BatchEngine::~BatchEngine() = default;
 
 std::size_t BatchEngine::slot_bytes(const BatchRequest& request) const {
-  const SequenceCompressor compressor(request.compression, request.compression_vocab);
+  const SequenceCompressor compressor(request.compression, request.compression_vocab, request.steering);
   const int context = options_.context_size > 0 ? options_.context_size : model_.config().max_position_embeddings;
   const int prompt = static_cast<int>(request.prompt.size());
   const int max_new = std::max(0, std::min(request.max_new_tokens, context - prompt));
@@ -74,8 +75,10 @@ std::uint64_t BatchEngine::submit(BatchRequest request) {
   if (prompt >= context)
     throw Error("the prompt has " + std::to_string(prompt) + " tokens, which does not fit the context of " +
                 std::to_string(context) + " tokens (raise --ctx-size or shorten the prompt)");
+  if (request.steering.enabled()) check_steering_vector(*request.steering.vector, c, {}, "steering");
   auto seq = std::make_unique<Sequence>();
-  seq->compressor = std::make_unique<SequenceCompressor>(request.compression, request.compression_vocab);
+  seq->compressor =
+      std::make_unique<SequenceCompressor>(request.compression, request.compression_vocab, request.steering);
   seq->max_new = std::min(request.max_new_tokens, context - prompt);
   seq->capacity = seq->compressor->cache_capacity(prompt, seq->max_new);
   seq->slot_bytes = KvCache::kv_bytes_for(model_.cache_shape(seq->capacity, seq->compressor->window()));
@@ -120,7 +123,7 @@ bool BatchEngine::step() {
   // Rows: one decode row per sequence past its prompt, then prompt chunks within the budget.
   std::vector<ForwardRow> rows;
   std::vector<Sequence*> row_seq;
-  CompressionObserver observer(&pool_);
+  CompressionObserver observer(&pool_, model_.config().hidden_size);
   for (auto& s : running_) {
     if (s->prefilling() || s->next_token < 0) continue;
     const int position = s->prompt_size() + static_cast<int>(s->generated.size()) - 1;
@@ -152,6 +155,7 @@ bool BatchEngine::step() {
   const double step_seconds = seconds_between(t0, Clock::now());
 
   const int V = model_.config().vocab_size;
+  for (auto& s : running_) s->max_entries = std::max(s->max_entries, s->cache->length(0));
   std::size_t logit_row = 0;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     if (!rows[r].want_logits) continue;
@@ -163,6 +167,7 @@ bool BatchEngine::step() {
     } else {
       // The prompt is complete: compress it once if it exceeds the budget (ALGORITHMS.md 1).
       s.compressor->compress_after_prefill(*s.cache, s.prompt_size(), &pool_);
+      s.max_entries = s.cache->length(0);
       s.prefill_done = Clock::now();
       if (s.max_new == 0) {
         finish(s, "length");
@@ -198,6 +203,9 @@ bool BatchEngine::step() {
     result.kv_bytes = s->slot_bytes;
     result.cache_capacity = s->capacity;
     result.compressions = s->compressor->compressions();
+    result.compression_seconds = s->compressor->compression_seconds();
+    result.kv_bytes_used = s->cache->used_kv_bytes();
+    result.max_cache_entries = s->max_entries;
     result.queued_seconds = seconds_between(s->submitted, s->admitted);
     result.prefill_seconds = seconds_between(s->admitted, s->prefill_done);
     result.decode_seconds = s->decode_seconds;

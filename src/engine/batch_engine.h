@@ -18,6 +18,7 @@
 #include "core/thread_pool.h"
 #include "engine/kv_compressor.h"
 #include "engine/sampler.h"
+#include "engine/steering.h"
 #include "model/model.h"
 
 namespace rkv {
@@ -31,6 +32,7 @@ struct BatchRequest {
   CompressionParams compression = CompressionParams::defaults(Method::fullkv);
   CompressionVocab compression_vocab;
   CompressionListener on_compression;
+  SteeringParams steering;  // SkipKV adaptive steering (default: none)
   // Called with every generated token (eos excluded); returning false finishes the request.
   std::function<bool(int token)> on_token;
   // Optional per-token timing hook: called after each decode step of this sequence with the
@@ -46,6 +48,9 @@ struct BatchResult {
   std::size_t kv_bytes = 0;  // the sequence's slot
   int cache_capacity = 0;
   std::int64_t compressions = 0;
+  double compression_seconds = 0.0;
+  std::size_t kv_bytes_used = 0;  // entries held at the end
+  int max_cache_entries = 0;      // most entries a head held after any step
   double queued_seconds = 0.0, prefill_seconds = 0.0, decode_seconds = 0.0;
 };
 

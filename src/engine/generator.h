@@ -27,6 +27,8 @@ struct GenerateOptions {
   CompressionParams compression = CompressionParams::defaults(Method::fullkv);
   CompressionVocab compression_vocab;
   CompressionListener on_compression;  // observes every compression (traces, case dumps)
+  // SkipKV adaptive steering (ALGORITHMS.md 5; default: none). The vector must fit the model.
+  SteeringParams steering;
 };
 
 struct GenerateStats {
@@ -58,7 +60,6 @@ class Generator {
  private:
   const Model& model_;
   ThreadPool& pool_;
-  ForwardScratch scratch_;
 };
 
 // Runs `tokens` through the model in chunks of `chunk` rows (positions start at

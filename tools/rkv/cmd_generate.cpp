@@ -12,6 +12,7 @@
 #include "engine/compression_trace.h"
 #include "engine/compression_vocab.h"
 #include "engine/generator.h"
+#include "engine/steering.h"
 #include "engine/stop_matcher.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -43,6 +44,9 @@ struct Args {
   bool print_ids = false;
   std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
   std::string trace;
+  std::string steering;
+  float steer_a0 = 1.0f;
+  float steer_gamma = 0.02f;
 };
 
 std::string read_file(const std::string& path) {
@@ -58,6 +62,9 @@ void run(const Args& a) {
   if (sources != 1) throw Error("give exactly one of --prompt, --file or --prompt-ids");
   if (!a.prompt_ids.empty() && a.chat) throw Error("--chat needs a text prompt, not --prompt-ids");
 
+  const CompressionParams kv_params = a.kv->params();
+  // SkipKV sentences and steering find delimiters and keywords in the tokens' text.
+  const bool needs_token_text = kv_params.method == Method::skipkv || !a.steering.empty();
   auto model = Model::load(a.model);
   const ModelConfig& c = model->config();
   std::unique_ptr<Tokenizer> tokenizer;
@@ -65,7 +72,9 @@ void run(const Args& a) {
   if (!a.prompt_ids.empty()) {
     prompt = parse_int_list(a.prompt_ids, "--prompt-ids");
     // Text output still needs a tokenizer; token ids alone (--print-ids) do not.
-    if (!a.print_ids) tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
+    if (!a.print_ids || needs_token_text)
+      tokenizer =
+          std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
   } else {
     tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
     std::string text = a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file);
@@ -94,12 +103,18 @@ void run(const Args& a) {
     for (int id : tokenizer->eos_ids())
       if (std::find(options.eos_ids.begin(), options.eos_ids.end(), id) == options.eos_ids.end()) options.eos_ids.push_back(id);
 
-  options.compression = a.kv->params();
+  options.compression = kv_params;
   if (tokenizer) options.compression_vocab = compression_vocab(*tokenizer);
   if (options.compression.trigger == Trigger::newline && options.compression_vocab.newline_ids.empty())
     throw Error("--kv-trigger newline needs the tokenizer's line-break tokens, and none were found");
   if (options.compression.think_only && options.compression_vocab.think_end_id < 0)
     throw Error("--kv-think-only needs a </think> token, and the tokenizer has none");
+  if (!a.steering.empty()) {
+    options.steering.vector = load_steering_vector_for(a.steering, *model);
+    options.steering.a0 = a.steer_a0;
+    options.steering.gamma = a.steer_gamma;
+    options.steering.validate();
+  }
   std::unique_ptr<CompressionTrace> trace;
   if (!a.trace.empty()) {
     trace = std::make_unique<CompressionTrace>(a.trace);
@@ -175,6 +190,15 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--trace", a->trace,
                   "Write one JSON line per compression and KV head (kept positions, score summaries) to this file")
       ->group("KV compression");
+  add_flag_option(app, "--steering", a->steering,
+                  "SkipKV adaptive steering: a vector from `rkv steer-calibrate` (its layer is "
+                  "recorded in the file), added at sentence delimiters")
+      ->group("Steering");
+  add_flag_option(app, "--steer-a0", a->steer_a0, "Steering strength a0 of a_t = a0 + gamma * N_o")
+      ->group("Steering");
+  add_flag_option(app, "--steer-gamma", a->steer_gamma,
+                  "Steering growth gamma per non-execution sentence generated so far (N_o)")
+      ->group("Steering");
   app.callback([a] { run(*a); });
 }
 
