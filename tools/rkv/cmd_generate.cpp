@@ -9,6 +9,7 @@
 #include "common.h"
 #include "kv_options.h"
 #include "core/error.h"
+#include "engine/case_dump.h"
 #include "engine/compression_trace.h"
 #include "engine/compression_vocab.h"
 #include "engine/generator.h"
@@ -44,6 +45,8 @@ struct Args {
   bool print_ids = false;
   std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
   std::string trace;
+  std::string dump_case;
+  int dump_case_limit = 8;
   std::string steering;
   float steer_a0 = 1.0f;
   float steer_gamma = 0.02f;
@@ -116,9 +119,14 @@ void run(const Args& a) {
     options.steering.validate();
   }
   std::unique_ptr<CompressionTrace> trace;
-  if (!a.trace.empty()) {
-    trace = std::make_unique<CompressionTrace>(a.trace);
-    options.on_compression = [&trace](const CompressionEvent& e) { trace->record(e); };
+  std::unique_ptr<CaseDumper> dumper;
+  if (!a.trace.empty()) trace = std::make_unique<CompressionTrace>(a.trace);
+  if (!a.dump_case.empty()) dumper = std::make_unique<CaseDumper>(a.dump_case, options.compression.method, a.dump_case_limit);
+  if (trace || dumper) {
+    options.on_compression = [&trace, &dumper](const CompressionEvent& e) {
+      if (trace) trace->record(e);
+      if (dumper) dumper->record(e);
+    };
   }
 
   ThreadPool pool(a.threads);
@@ -187,6 +195,13 @@ void setup(CLI::App& app) {
   app.add_flag("--print-ids", a->print_ids, "Print the generated token ids as a JSON list instead of text");
   add_threads_option(app, a->threads);
   add_kv_options(app, a->kv);
+  add_flag_option(app, "--dump-case", a->dump_case,
+                  "Save the inputs of real compressions as case files for `rkv policy-run` in this directory "
+                  "(streamingllm, snapkv, rkv)")
+      ->group("KV compression");
+  add_flag_option(app, "--dump-case-limit", a->dump_case_limit, "Most case files --dump-case writes")
+      ->group("KV compression")
+      ->check(CLI::PositiveNumber);
   add_flag_option(app, "--trace", a->trace,
                   "Write one JSON line per compression and KV head (kept positions, score summaries) to this file")
       ->group("KV compression");
