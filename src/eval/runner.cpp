@@ -92,7 +92,7 @@ std::vector<BudgetSpec> parse_budget_specs(const std::string& text) {
     } else {
       throw Error(
           "budget '" + item +
-          "': expected a token count (512) or a percentage of the mean fullkv length (10%)");
+          "': expected a token count (512) or a percentage in (0, 100] (10%)");
     }
     out.push_back(b);
   }
@@ -235,6 +235,7 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
       r.eos_ids = eos;
       r.compression = make_params(j.method, j.budget);
       r.compression_vocab = vocab;
+      r.steering = o.steering;
       r.on_token = [&tokens](int) {
         ++tokens;
         return true;

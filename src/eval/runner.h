@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/steering.h"
 #include "rkv/compression.h"
 #include "rkv/eval.h"
 
@@ -21,7 +22,8 @@ namespace rkv::eval {
 
 struct BudgetSpec {
   int tokens = 0;      // a fixed budget
-  double ratio = 0.0;  // > 0: a share of the mean fullkv generation length ("10%")
+  double ratio = 0.0;  // > 0: a share of a reference length ("10%"): eval, the mean fullkv
+                       // generation length; bench, the generated length
   std::string label;   // as written
 };
 // "256,512,10%" -> specs. Throws rkv::Error.
@@ -42,6 +44,7 @@ struct RunnerOptions {
   std::string prompt_template = std::string(kDefaultPromptTemplate);
   std::size_t kv_memory_bytes = 0;
   int max_batch = 0;
+  SteeringParams steering;  // SkipKV adaptive steering for every sequence (default: none)
   std::filesystem::path out_dir;
   std::FILE* progress = stderr;  // progress bar; nullptr for quiet
 };

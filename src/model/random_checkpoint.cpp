@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "model/safetensors.h"
+#include "tokenizer/byte_level.h"
 
 namespace rkv {
 
@@ -72,27 +73,6 @@ const ShapeEntry& find_shape(const std::string& name) {
   throw Error("unknown model shape '" + name + "' (known: " + known + ")");
 }
 
-// GPT-2's byte-to-unicode table: printable bytes map to themselves, the rest to U+0100 onwards.
-std::vector<std::string> byte_symbols() {
-  std::vector<std::string> out(256);
-  auto utf8 = [](unsigned cp) {
-    std::string s;
-    if (cp < 0x80) {
-      s += static_cast<char>(cp);
-    } else {
-      s += static_cast<char>(0xC0 | (cp >> 6));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-    return s;
-  };
-  unsigned next = 256;
-  for (unsigned b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-    out[b] = utf8(printable ? b : next++);
-  }
-  return out;
-}
-
 struct Specials {
   std::vector<std::string> tokens;
   std::string bos, eos;
@@ -152,7 +132,8 @@ void write_synthetic_tokenizer(const std::filesystem::path& dir, const ModelConf
   const int n_special = static_cast<int>(specials.tokens.size());
   const int n_regular = config.vocab_size - n_special;
   if (n_regular < 256) throw Error("vocabulary of " + std::to_string(config.vocab_size) + " is too small for a byte-level tokenizer");
-  const auto symbols = byte_symbols();
+  std::vector<std::string> symbols;  // GPT-2's byte-level form of each byte
+  for (int b = 0; b < 256; ++b) symbols.push_back(tokenizer::byte_level_char(static_cast<unsigned char>(b)));
   // Bytes in the order merges are made: space, lower-case letters, digits, punctuation, the rest.
   std::vector<int> order;
   std::set<int> seen;

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/svg_plot.h"
 #include "engine/batch_engine.h"
+#include "eval/runner.h"
 #include "kernels/kernels.h"
 #include "kv_options.h"
 #include "model/model.h"
@@ -34,43 +35,6 @@ struct Args {
   std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
 };
 
-struct Budget {
-  int tokens = 0;
-  double ratio = 0.0;  // > 0 for "10%": a share of the generated length
-  std::string label;
-};
-
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t i = 0;
-  while (i <= text.size()) {
-    std::size_t j = text.find(',', i);
-    if (j == std::string::npos) j = text.size();
-    if (j > i) out.push_back(text.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
-}
-
-std::vector<Budget> parse_budgets(const std::string& text) {
-  std::vector<Budget> out;
-  for (const auto& item : split(text)) {
-    Budget b;
-    b.label = item;
-    if (item.back() == '%') {
-      b.ratio = std::atof(item.substr(0, item.size() - 1).c_str()) / 100.0;
-      if (!(b.ratio > 0.0 && b.ratio <= 1.0)) throw Error("--budgets: '" + item + "' must be a percentage in (0, 100]");
-    } else {
-      const auto v = parse_int_list(item, "--budgets");
-      if (v.size() != 1 || v[0] <= 0) throw Error("--budgets: '" + item + "' must be a positive token count or a percentage");
-      b.tokens = v[0];
-    }
-    out.push_back(b);
-  }
-  if (out.empty()) throw Error("--budgets: give at least one budget");
-  return out;
-}
-
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -80,10 +44,11 @@ void run(const Args& a) {
   for (int g : gen_lens)
     if (g <= 0) throw Error("--gen-lens: lengths must be positive");
   if (a.prompt_len <= 0) throw Error("--prompt-len must be positive");
-  const auto budgets = parse_budgets(a.budgets);
-  const auto methods = split(a.methods);
+  const auto budgets = eval::parse_budget_specs(a.budgets);
+  if (budgets.empty()) throw Error("--budgets: give at least one budget");
+  const auto methods = split_list(a.methods);
   for (const auto& m : methods) parse_method(m);
-  const auto batch_specs = split(a.batches);
+  const auto batch_specs = split_list(a.batches);
   for (const auto& b : batch_specs)
     if (b != "max") parse_int_list(b, "--batch");
   const std::size_t cap = a.kv_memory.empty() ? 0 : parse_byte_size(a.kv_memory);
@@ -126,7 +91,7 @@ void run(const Args& a) {
     BatchEngine sizing(*model, pool, engine_options);
     const std::size_t full_bytes = sizing.slot_bytes(make_request("fullkv", 0, gen_len));
     for (const auto& method : methods) {
-      std::vector<Budget> method_budgets = method == "fullkv" ? std::vector<Budget>{Budget{0, 0.0, "-"}} : budgets;
+      std::vector<eval::BudgetSpec> method_budgets = method == "fullkv" ? std::vector<eval::BudgetSpec>{eval::BudgetSpec{0, 0.0, "-"}} : budgets;
       for (const auto& b : method_budgets) {
         const int budget = b.ratio > 0 ? std::max(1, static_cast<int>(b.ratio * gen_len + 0.5)) : b.tokens;
         const BatchRequest request = make_request(method, budget, gen_len);

@@ -7,6 +7,7 @@
 #include "engine/batch_engine.h"
 #include "eval/runner.h"
 #include "kv_options.h"
+#include "steering_options.h"
 #include "model/model.h"
 #include "rkv/tokenizer.h"
 
@@ -28,6 +29,7 @@ struct Args {
   int max_batch = 0;
   int threads = 1;
   std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
+  std::shared_ptr<SteeringArgs> steering = std::make_shared<SteeringArgs>();
 };
 
 void run(const Args& a) {
@@ -40,14 +42,7 @@ void run(const Args& a) {
   if (dataset.examples.empty()) throw Error(a.dataset + ": no examples");
 
   eval::RunnerOptions o;
-  o.methods.clear();
-  std::size_t i = 0;
-  while (i <= a.methods.size()) {
-    std::size_t j = a.methods.find(',', i);
-    if (j == std::string::npos) j = a.methods.size();
-    if (j > i) o.methods.push_back(a.methods.substr(i, j - i));
-    i = j + 1;
-  }
+  o.methods = split_list(a.methods);
   o.budgets = eval::parse_budget_specs(a.budgets);
   for (const auto& [name, value] : a.kv->values) {
     if (name == "method") throw Error("use --methods (a list) with rkv eval, not --kv-method");
@@ -68,6 +63,7 @@ void run(const Args& a) {
 
   auto model = Model::load(a.model);
   const Tokenizer tokenizer = Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer);
+  o.steering = a.steering->load(*model);
   ThreadPool pool(a.threads);
   std::fprintf(stderr, "[eval] %s: %zu problems x %d samples, methods %s, budgets %s, up to %d new tokens\n",
                dataset.name.c_str(), dataset.examples.size(), a.samples, a.methods.c_str(),
@@ -110,6 +106,7 @@ void setup(CLI::App& app) {
   add_flag_option(app, "-o,--out", a->out, "Output directory (resumes when it already holds samples.jsonl)")->required();
   add_threads_option(app, a->threads);
   add_kv_options(app, a->kv);
+  add_steering_options(app, a->steering);
   app.callback([a] { run(*a); });
 }
 

@@ -8,6 +8,7 @@
 #include "command.h"
 #include "common.h"
 #include "kv_options.h"
+#include "steering_options.h"
 #include "core/error.h"
 #include "engine/case_dump.h"
 #include "engine/compression_trace.h"
@@ -47,9 +48,7 @@ struct Args {
   std::string trace;
   std::string dump_case;
   int dump_case_limit = 8;
-  std::string steering;
-  float steer_a0 = 1.0f;
-  float steer_gamma = 0.02f;
+  std::shared_ptr<SteeringArgs> steering = std::make_shared<SteeringArgs>();
 };
 
 std::string read_file(const std::string& path) {
@@ -67,7 +66,7 @@ void run(const Args& a) {
 
   const CompressionParams kv_params = a.kv->params();
   // SkipKV sentences and steering find delimiters and keywords in the tokens' text.
-  const bool needs_token_text = kv_params.method == Method::skipkv || !a.steering.empty();
+  const bool needs_token_text = kv_params.method == Method::skipkv || !a.steering->path.empty();
   auto model = Model::load(a.model);
   const ModelConfig& c = model->config();
   std::unique_ptr<Tokenizer> tokenizer;
@@ -112,12 +111,7 @@ void run(const Args& a) {
     throw Error("--kv-trigger newline needs the tokenizer's line-break tokens, and none were found");
   if (options.compression.think_only && options.compression_vocab.think_end_id < 0)
     throw Error("--kv-think-only needs a </think> token, and the tokenizer has none");
-  if (!a.steering.empty()) {
-    options.steering.vector = load_steering_vector_for(a.steering, *model);
-    options.steering.a0 = a.steer_a0;
-    options.steering.gamma = a.steer_gamma;
-    options.steering.validate();
-  }
+  options.steering = a.steering->load(*model);
   std::unique_ptr<CompressionTrace> trace;
   std::unique_ptr<CaseDumper> dumper;
   if (!a.trace.empty()) trace = std::make_unique<CompressionTrace>(a.trace);
@@ -205,15 +199,7 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--trace", a->trace,
                   "Write one JSON line per compression and KV head (kept positions, score summaries) to this file")
       ->group("KV compression");
-  add_flag_option(app, "--steering", a->steering,
-                  "SkipKV adaptive steering: a vector from `rkv steer-calibrate` (its layer is "
-                  "recorded in the file), added at sentence delimiters")
-      ->group("Steering");
-  add_flag_option(app, "--steer-a0", a->steer_a0, "Steering strength a0 of a_t = a0 + gamma * N_o")
-      ->group("Steering");
-  add_flag_option(app, "--steer-gamma", a->steer_gamma,
-                  "Steering growth gamma per non-execution sentence generated so far (N_o)")
-      ->group("Steering");
+  add_steering_options(app, a->steering);
   app.callback([a] { run(*a); });
 }
 

@@ -33,6 +33,18 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& what
   return out;
 }
 
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  while (i <= text.size()) {
+    std::size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    if (j > i) out.push_back(text.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
 std::string int_list_json(const std::vector<int>& values) {
   std::string s = "[";
   for (std::size_t i = 0; i < values.size(); ++i) {

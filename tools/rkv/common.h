@@ -22,6 +22,9 @@ CLI::Option* add_flag_option(CLI::App& app, const std::string& names, T& value, 
 // "1,2,3" -> {1,2,3}; throws rkv::Error naming `what` on anything else.
 std::vector<int> parse_int_list(const std::string& text, const std::string& what);
 
+// "a,b,,c" -> {"a","b","c"} (empty items dropped).
+std::vector<std::string> split_list(const std::string& text);
+
 // Prints a JSON list of ints on one line: [1,2,3]
 std::string int_list_json(const std::vector<int>& values);
 
