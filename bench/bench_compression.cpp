@@ -62,11 +62,13 @@ void BM_CompressLayer(benchmark::State& st, rkv::Method method, int threads) {
   st.counters["n_all"] = layer.n_all;
 }
 
-BENCHMARK_CAPTURE(BM_CompressLayer, streamingllm, rkv::Method::streamingllm, 1)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_CompressLayer, streamingllm, rkv::Method::streamingllm, 1)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_CompressLayer, h2o, rkv::Method::h2o, 1)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_CompressLayer, snapkv, rkv::Method::snapkv, 1)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_CompressLayer, rkv, rkv::Method::rkv, 1)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_CompressLayer, rkv_2threads, rkv::Method::rkv, 2)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_CompressLayer, rkv_2threads, rkv::Method::rkv, 2)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_CompressLayer, gkv, rkv::Method::gkv, 1)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

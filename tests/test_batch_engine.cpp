@@ -38,7 +38,8 @@ class BatchEngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto shared = test::shared_dir();
-    if (shared.empty()) GTEST_SKIP() << "../shared (the golden checkpoints) is not beside the repository";
+    if (shared.empty())
+      GTEST_SKIP() << "../shared (the golden checkpoints) is not beside the repository";
     model_ = Model::load(shared / "golden/models/llama_gqa_f32");
   }
 
@@ -55,7 +56,7 @@ class BatchEngineTest : public ::testing::Test {
 };
 
 const std::vector<Spec> kSpecs = {
-    {"fullkv", 0, 12, 40}, {"rkv", 16, 30, 50}, {"snapkv", 20, 9, 35},  {"h2o", 16, 25, 45},
+    {"fullkv", 0, 12, 40}, {"rkv", 16, 30, 50},          {"snapkv", 20, 9, 35}, {"h2o", 16, 25, 45},
     {"gkv", 24, 40, 30},   {"streamingllm", 12, 15, 60}, {"rkv", 32, 5, 20},
 };
 
@@ -79,9 +80,11 @@ TEST_F(BatchEngineTest, AloneMatchesTheSingleSequenceGenerator) {
 
 TEST_F(BatchEngineTest, EverySequenceOfABatchMatchesItsRunAlone) {
   std::vector<std::vector<int>> expected;
-  for (std::size_t i = 0; i < kSpecs.size(); ++i) expected.push_back(alone(kSpecs[i], static_cast<int>(i)));
+  for (std::size_t i = 0; i < kSpecs.size(); ++i)
+    expected.push_back(alone(kSpecs[i], static_cast<int>(i)));
   BatchEngineOptions options;
-  options.prefill_chunk = 16;  // prompts are prefilled over several steps, beside decoding sequences
+  options.prefill_chunk =
+      16;  // prompts are prefilled over several steps, beside decoding sequences
   BatchEngine engine(*model_, pool_, options);
   std::map<std::uint64_t, std::size_t> index;
   for (std::size_t i = 0; i < kSpecs.size(); ++i)
@@ -99,7 +102,8 @@ TEST_F(BatchEngineTest, EverySequenceOfABatchMatchesItsRunAlone) {
 
 TEST_F(BatchEngineTest, SequencesJoinAndLeaveMidRun) {
   std::vector<std::vector<int>> expected;
-  for (std::size_t i = 0; i < kSpecs.size(); ++i) expected.push_back(alone(kSpecs[i], static_cast<int>(i)));
+  for (std::size_t i = 0; i < kSpecs.size(); ++i)
+    expected.push_back(alone(kSpecs[i], static_cast<int>(i)));
   BatchEngine engine(*model_, pool_, {});
   std::map<std::uint64_t, std::size_t> index;
   std::size_t next = 0;
@@ -115,8 +119,10 @@ TEST_F(BatchEngineTest, SequencesJoinAndLeaveMidRun) {
   }
   const auto results = engine.take_results();
   ASSERT_EQ(results.size(), kSpecs.size());
-  for (const auto& r : results) EXPECT_EQ(r.tokens, expected[index.at(r.id)]) << kSpecs[index.at(r.id)].method;
-  EXPECT_LT(engine.peak_running(), static_cast<int>(kSpecs.size()));  // some left before others joined
+  for (const auto& r : results)
+    EXPECT_EQ(r.tokens, expected[index.at(r.id)]) << kSpecs[index.at(r.id)].method;
+  EXPECT_LT(engine.peak_running(),
+            static_cast<int>(kSpecs.size()));  // some left before others joined
 }
 
 TEST_F(BatchEngineTest, MemoryCapIsNeverExceeded) {
@@ -148,7 +154,8 @@ TEST_F(BatchEngineTest, ARequestThatCanNeverFitIsRejected) {
     engine.submit(make_request({"fullkv", 0, 10, 400}, 1));  // 410 entries: ~210 KB
     FAIL() << "a request larger than the cap must be rejected";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("more than the whole KV memory cap"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("more than the whole KV memory cap"), std::string::npos)
+        << e.what();
   }
   BatchRequest bad = make_request({"rkv", 16, 10, 20}, 2);
   bad.prompt.push_back(100000);

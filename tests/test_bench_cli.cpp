@@ -20,10 +20,12 @@ TEST(BenchCli, TableRowsAndBatchMax) {
   RandomCheckpointOptions options;
   options.shape = "tiny";
   write_random_checkpoint(dir / "model", options);
-  const std::string cmd = test::rkv_binary() + " bench -m " + (dir / "model").string() +
-                          " --prompt-len 16 --gen-lens 64 --methods fullkv,rkv --budgets 24,25% --batch 1,max"
-                          " --kv-memory 1MiB --kv-buffer 8 -t 1 --json " + (dir / "b.json").string() +
-                          " --latency-plot " + (dir / "lat.svg").string() + " > /dev/null 2>&1";
+  const std::string cmd =
+      test::rkv_binary() + " bench -m " + (dir / "model").string() +
+      " --prompt-len 16 --gen-lens 64 --methods fullkv,rkv --budgets 24,25% --batch 1,max"
+      " --kv-memory 1MiB --kv-buffer 8 -t 1 --json " +
+      (dir / "b.json").string() + " --latency-plot " + (dir / "lat.svg").string() +
+      " > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const auto j = test::read_json(dir / "b.json");
   const auto& rows = j["rows"];
@@ -32,8 +34,8 @@ TEST(BenchCli, TableRowsAndBatchMax) {
   const double per_entry = 4 * 2 * 32 * 4 * 2;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& row = rows[i];
-    for (const char* key : {"method", "budget", "batch", "kv_bytes_per_sequence", "memory_saving_pct",
-                            "throughput_tok_s", "tokens", "decode_s"})
+    for (const char* key : {"method", "budget", "batch", "kv_bytes_per_sequence",
+                            "memory_saving_pct", "throughput_tok_s", "tokens", "decode_s"})
       EXPECT_TRUE(row.contains(key)) << key;
     const int batch = row["batch"];
     EXPECT_EQ(row["tokens"].get<int>(), batch * 64);
@@ -45,7 +47,8 @@ TEST(BenchCli, TableRowsAndBatchMax) {
       const int budget = row["budget"];
       EXPECT_TRUE(budget == 24 || budget == 16) << budget;  // 25% of 64 generated tokens
       EXPECT_EQ(bytes, per_entry * (budget + 8));
-      EXPECT_NEAR(row["memory_saving_pct"].get<double>(), 100.0 * (1.0 - (budget + 8) / 80.0), 1e-9);
+      EXPECT_NEAR(row["memory_saving_pct"].get<double>(), 100.0 * (1.0 - (budget + 8) / 80.0),
+                  1e-9);
     }
     // Rows alternate --batch 1 and --batch max (as many slots as fit in 1 MiB).
     EXPECT_EQ(batch, i % 2 == 0 ? 1 : static_cast<int>((1 << 20) / bytes));
@@ -62,8 +65,12 @@ TEST(SvgPlot, DrawsEverySeriesWithItsPoints) {
                                            {"title", "x", "y", true, true});
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   std::size_t lines = 0, dots = 0;
-  for (std::size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) ++lines;
-  for (std::size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) ++dots;
+  for (std::size_t at = svg.find("<polyline"); at != std::string::npos;
+       at = svg.find("<polyline", at + 1))
+    ++lines;
+  for (std::size_t at = svg.find("<circle"); at != std::string::npos;
+       at = svg.find("<circle", at + 1))
+    ++dots;
   EXPECT_EQ(lines, 2u);
   EXPECT_EQ(dots, 5u);
   EXPECT_NE(svg.find("b &lt;c&gt;"), std::string::npos);

@@ -14,8 +14,9 @@
 namespace rkv {
 namespace {
 
-std::vector<int> greedy(const Model& model, const std::vector<int>& prompt, int n, const CompressionParams& params,
-                        const CompressionListener& listener = {}, GenerateStats* stats_out = nullptr) {
+std::vector<int> greedy(const Model& model, const std::vector<int>& prompt, int n,
+                        const CompressionParams& params, const CompressionListener& listener = {},
+                        GenerateStats* stats_out = nullptr) {
   ThreadPool pool(2);
   Generator generator(model, pool);
   GenerateOptions options;
@@ -48,7 +49,8 @@ class EngineCompression : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto shared = test::shared_dir();
-    if (shared.empty()) GTEST_SKIP() << "../shared (the golden checkpoints) is not beside the repository";
+    if (shared.empty())
+      GTEST_SKIP() << "../shared (the golden checkpoints) is not beside the repository";
     model_ = Model::load(shared / "golden/models/qwen2_bias_f32");
     for (int i = 0; i < 20; ++i) prompt_.push_back(3 + (i * 37) % 500);
   }
@@ -78,22 +80,26 @@ TEST_F(EngineCompression, SmallBudgetsKeepTheInvariants) {
         ASSERT_EQ(static_cast<int>(kept[h].size()), budget) << "head " << h;
         const std::int32_t* pos = e.cache->positions(e.layer, static_cast<int>(h));
         for (std::size_t i = 1; i < kept[h].size(); ++i)
-          ASSERT_LT(pos[kept[h][i - 1]], pos[kept[h][i]]) << "positions must stay strictly increasing";
+          ASSERT_LT(pos[kept[h][i - 1]], pos[kept[h][i]])
+              << "positions must stay strictly increasing";
         // The window (the newest `window` entries) is always kept.
         const std::set<std::int32_t> kept_set(kept[h].begin(), kept[h].end());
-        for (int w = 0; w < window; ++w) ASSERT_TRUE(kept_set.count(e.n_before - 1 - w)) << "window entry " << w;
+        for (int w = 0; w < window; ++w)
+          ASSERT_TRUE(kept_set.count(e.n_before - 1 - w)) << "window entry " << w;
       }
     };
     GenerateStats stats;
-    const auto tokens = greedy(*model_, prompt_, n, preset(method, budget, buffer, window), listener, &stats);
+    const auto tokens =
+        greedy(*model_, prompt_, n, preset(method, budget, buffer, window), listener, &stats);
     EXPECT_EQ(static_cast<int>(tokens.size()), n);
     EXPECT_GT(events, 0);
     // Memory is fixed up front and never grows with the generation.
     EXPECT_EQ(stats.cache_capacity, budget + buffer);
     EXPECT_LE(stats.max_cache_entries, budget + buffer);
-    EXPECT_EQ(stats.kv_bytes_allocated,
-              static_cast<std::size_t>(2 * model_->config().num_layers * model_->config().num_kv_heads *
-                                       (budget + buffer) * model_->config().head_dim * 4));
+    EXPECT_EQ(
+        stats.kv_bytes_allocated,
+        static_cast<std::size_t>(2 * model_->config().num_layers * model_->config().num_kv_heads *
+                                 (budget + buffer) * model_->config().head_dim * 4));
   }
 }
 

@@ -4,11 +4,11 @@
 
 #include <fstream>
 
+#include "core/error.h"
 #include "eval/runner.h"
 #include "model/model.h"
 #include "model/random_checkpoint.h"
 #include "rkv/tokenizer.h"
-#include "core/error.h"
 #include "test_util.h"
 
 namespace rkv::eval {
@@ -31,9 +31,12 @@ TEST(EvalRunner, ResumesAnInterruptedRunToTheSameRecords) {
   write_random_checkpoint(dir / "model", ck);
   {
     std::ofstream data(dir / "data.jsonl");
-    data << R"({"problem": "What is 1+1?", "answer": "2", "unique_id": "a"})" << "\n"
-         << R"({"problem": "What is 2+3?", "answer": "5", "unique_id": "b"})" << "\n"
-         << R"({"problem": "What is 10-4?", "answer": "6", "unique_id": "c"})" << "\n";
+    data << R"({"problem": "What is 1+1?", "answer": "2", "unique_id": "a"})"
+         << "\n"
+         << R"({"problem": "What is 2+3?", "answer": "5", "unique_id": "b"})"
+         << "\n"
+         << R"({"problem": "What is 10-4?", "answer": "6", "unique_id": "c"})"
+         << "\n";
   }
   auto model = Model::load(dir / "model");
   const Tokenizer tokenizer = Tokenizer::load(dir / "model");
@@ -75,20 +78,23 @@ TEST(EvalRunner, ResumesAnInterruptedRunToTheSameRecords) {
   const auto summary = test::read_json(o.out_dir / "summary.json");
   ASSERT_EQ(summary["results"].size(), 3u);
   for (const auto& r : summary["results"])
-    for (const char* key : {"method", "budget", "pass_at_1", "relative_to_fullkv", "mean_generated_tokens", "samples"})
+    for (const char* key : {"method", "budget", "pass_at_1", "relative_to_fullkv",
+                            "mean_generated_tokens", "samples"})
       EXPECT_TRUE(r.contains(key)) << key;
   EXPECT_TRUE(fs::exists(o.out_dir / "accuracy.svg"));
   fs::remove_all(dir);
 }
 
 TEST(EvalRunner, SummaryArithmetic) {
-  const fs::path path = fs::temp_directory_path() / ("rkv-summary-" + std::to_string(::getpid()) + ".jsonl");
+  const fs::path path =
+      fs::temp_directory_path() / ("rkv-summary-" + std::to_string(::getpid()) + ".jsonl");
   {
     std::ofstream out(path);
     // fullkv: 3 of 4 correct; rkv 64: 1 of 2; rkv 32: 0 of 2.
     auto rec = [&](const char* method, int budget, const char* label, bool correct, int tokens) {
-      out << nlohmann::json{{"method", method}, {"budget", budget}, {"budget_label", label}, {"correct", correct},
-                             {"generated_tokens", tokens}, {"kv_bytes", 1000}}
+      out << nlohmann::json{{"method", method},           {"budget", budget},
+                            {"budget_label", label},      {"correct", correct},
+                            {"generated_tokens", tokens}, {"kv_bytes", 1000}}
                  .dump()
           << "\n";
     };

@@ -39,14 +39,16 @@ TEST(GenerateCli, GreedyIdsMatchTheGolden) {
                           join(golden["greedy_prompt_ids"].get<std::vector<int>>()) +
                           " --print-ids --temp 0 --ignore-eos -n 32 -t 2 2>/dev/null";
   ASSERT_EQ(run(cmd, out), 0);
-  EXPECT_EQ(nlohmann::json::parse(out).get<std::vector<int>>(), golden["greedy_new_tokens"].get<std::vector<int>>());
+  EXPECT_EQ(nlohmann::json::parse(out).get<std::vector<int>>(),
+            golden["greedy_new_tokens"].get<std::vector<int>>());
 }
 
 TEST(GenerateCli, BadSettingsAreClearErrors) {
   RKV_REQUIRE_SHARED(shared);
   const std::string model = (shared / "golden/models/llama_gqa_f32").string();
   std::string out;
-  const std::string base = test::rkv_binary() + " generate -m " + model + " --prompt-ids 1,2,3 --print-ids -n 4 ";
+  const std::string base =
+      test::rkv_binary() + " generate -m " + model + " --prompt-ids 1,2,3 --print-ids -n 4 ";
   EXPECT_EQ(run(base + "--kv-method rkv --kv-budget 4 --kv-window 8 2>&1", out), 1);
   EXPECT_NE(out.find("must be larger than the window"), std::string::npos) << out;
   EXPECT_EQ(run(base + "--kv-method bogus 2>&1", out), 1);
@@ -55,7 +57,10 @@ TEST(GenerateCli, BadSettingsAreClearErrors) {
   EXPECT_NE(out.find("threshold"), std::string::npos) << out;
   EXPECT_EQ(run(base + "--ctx-size 3 2>&1", out), 1);
   EXPECT_NE(out.find("does not fit the context"), std::string::npos) << out;
-  EXPECT_EQ(run(test::rkv_binary() + " generate -m " + model + " --prompt-ids 1,99999 --print-ids 2>&1", out), 1);
+  EXPECT_EQ(
+      run(test::rkv_binary() + " generate -m " + model + " --prompt-ids 1,99999 --print-ids 2>&1",
+          out),
+      1);
   EXPECT_NE(out.find("outside the vocabulary"), std::string::npos) << out;
 }
 
@@ -64,10 +69,11 @@ TEST(GenerateCli, DumpedCasesReplayToTheSameKeptSets) {
   const fs::path cases = fs::temp_directory_path() / ("rkv-cases-" + std::to_string(::getpid()));
   fs::remove_all(cases);
   std::string out;
-  const std::string cmd = test::rkv_binary() + " generate -m " + (shared / "golden/models/qwen2_bias_f32").string() +
-                          " --prompt-ids 1,5,9,22,40,77,100,3,4,5,6,7 --print-ids -n 50 --temp 0 --kv-method rkv"
-                          " --kv-budget 24 --kv-buffer 8 --kv-window 4 --dump-case " + cases.string() +
-                          " --dump-case-limit 3 2>/dev/null";
+  const std::string cmd =
+      test::rkv_binary() + " generate -m " + (shared / "golden/models/qwen2_bias_f32").string() +
+      " --prompt-ids 1,5,9,22,40,77,100,3,4,5,6,7 --print-ids -n 50 --temp 0 --kv-method rkv"
+      " --kv-budget 24 --kv-buffer 8 --kv-window 4 --dump-case " +
+      cases.string() + " --dump-case-limit 3 2>/dev/null";
   ASSERT_EQ(run(cmd, out), 0);
   int replayed = 0;
   for (const auto& entry : fs::directory_iterator(cases)) {
@@ -77,7 +83,8 @@ TEST(GenerateCli, DumpedCasesReplayToTheSameKeptSets) {
     ASSERT_EQ(got.size(), expected.size());
     for (std::size_t h = 0; h < got.size(); ++h) {
       const auto a = got[h].get<std::vector<int>>(), b = expected[h].get<std::vector<int>>();
-      EXPECT_EQ(std::set<int>(a.begin(), a.end()), std::set<int>(b.begin(), b.end())) << entry.path() << " head " << h;
+      EXPECT_EQ(std::set<int>(a.begin(), a.end()), std::set<int>(b.begin(), b.end()))
+          << entry.path() << " head " << h;
       EXPECT_EQ(a.size(), 24u);
     }
     ++replayed;

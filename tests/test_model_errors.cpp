@@ -19,7 +19,8 @@ namespace fs = std::filesystem;
 class TempDir {
  public:
   TempDir() {
-    path_ = fs::temp_directory_path() / ("rkv-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    path_ = fs::temp_directory_path() /
+            ("rkv-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -42,14 +43,16 @@ fs::path tiny_checkpoint(const TempDir& dir) {
 }
 
 // Rewrites model.safetensors through `edit`, which may change the list of tensors.
-void rewrite_tensors(const fs::path& dir, const std::function<void(std::vector<TensorToWrite>&)>& edit) {
+void rewrite_tensors(const fs::path& dir,
+                     const std::function<void(std::vector<TensorToWrite>&)>& edit) {
   std::vector<TensorToWrite> tensors;
   std::vector<std::vector<std::uint8_t>> copies;
   {
     TensorStore store(dir);
     for (const auto& [name, info] : store.tensors()) {
       auto bytes = std::make_shared<std::vector<std::uint8_t>>(
-          static_cast<const std::uint8_t*>(info.data), static_cast<const std::uint8_t*>(info.data) + info.nbytes);
+          static_cast<const std::uint8_t*>(info.data),
+          static_cast<const std::uint8_t*>(info.data) + info.nbytes);
       tensors.push_back({name, info.dtype, info.shape, [bytes](std::uint8_t* out, std::size_t n) {
                            std::memcpy(out, bytes->data(), std::min(n, bytes->size()));
                          }});
@@ -79,7 +82,8 @@ TEST(ModelErrors, InvalidConfigJsonAndUnknownArchitecture) {
   tiny_checkpoint(dir);
   std::ofstream(dir.path() / "config.json") << "{not json";
   EXPECT_NE(load_error(dir.path()).find("invalid JSON"), std::string::npos);
-  std::ofstream(dir.path() / "config.json") << R"({"architectures": ["GPT2LMHeadModel"], "hidden_size": 8})";
+  std::ofstream(dir.path() / "config.json")
+      << R"({"architectures": ["GPT2LMHeadModel"], "hidden_size": 8})";
   const std::string err = load_error(dir.path());
   EXPECT_NE(err.find("unsupported architecture 'GPT2LMHeadModel'"), std::string::npos) << err;
 }
@@ -90,7 +94,8 @@ TEST(ModelErrors, ConfigFieldsAreValidated) {
   auto config = test::read_json(dir.path() / "config.json");
   config["num_key_value_heads"] = 3;  // 4 heads are not a multiple of 3
   std::ofstream(dir.path() / "config.json") << config.dump();
-  EXPECT_NE(load_error(dir.path()).find("not a multiple of num_key_value_heads"), std::string::npos);
+  EXPECT_NE(load_error(dir.path()).find("not a multiple of num_key_value_heads"),
+            std::string::npos);
   config["num_key_value_heads"] = 2;
   config.erase("hidden_size");
   std::ofstream(dir.path() / "config.json") << config.dump();
@@ -105,7 +110,9 @@ TEST(ModelErrors, MissingTensorIsNamed) {
   TempDir dir;
   tiny_checkpoint(dir);
   rewrite_tensors(dir.path(), [](auto& tensors) {
-    std::erase_if(tensors, [](const TensorToWrite& t) { return t.name == "model.layers.2.mlp.up_proj.weight"; });
+    std::erase_if(tensors, [](const TensorToWrite& t) {
+      return t.name == "model.layers.2.mlp.up_proj.weight";
+    });
   });
   const std::string err = load_error(dir.path());
   EXPECT_NE(err.find("missing tensor model.layers.2.mlp.up_proj.weight"), std::string::npos) << err;
@@ -119,9 +126,11 @@ TEST(ModelErrors, WrongShapeIsNamedWithBothShapes) {
       if (t.name == "model.layers.1.self_attn.q_proj.weight") t.shape = {64, 256};
   });
   const std::string err = load_error(dir.path());
-  EXPECT_NE(err.find("model.safetensors: tensor model.layers.1.self_attn.q_proj.weight has shape [64,256], "
-                     "expected [128,128]"),
-            std::string::npos)
+  EXPECT_NE(
+      err.find(
+          "model.safetensors: tensor model.layers.1.self_attn.q_proj.weight has shape [64,256], "
+          "expected [128,128]"),
+      std::string::npos)
       << err;
 }
 
@@ -135,7 +144,8 @@ TEST(ModelErrors, UnsupportedDtypeTruncationAndBadHeader) {
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   }
   // Truncated: the last tensor's data runs past the end of the file.
-  std::ofstream(file, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() - 100));
+  std::ofstream(file, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size() - 100));
   std::string err = load_error(dir.path());
   EXPECT_NE(err.find("truncated or corrupt"), std::string::npos) << err;
   // A header length larger than the file.
@@ -149,7 +159,8 @@ TEST(ModelErrors, UnsupportedDtypeTruncationAndBadHeader) {
   std::ofstream(file, std::ios::binary).write(bytes.data(), 5);
   EXPECT_NE(load_error(dir.path()).find("truncated safetensors file"), std::string::npos);
   // An unsupported dtype, written by hand.
-  const std::string header = R"({"model.norm.weight":{"dtype":"I8","shape":[4],"data_offsets":[0,4]}})";
+  const std::string header =
+      R"({"model.norm.weight":{"dtype":"I8","shape":[4],"data_offsets":[0,4]}})";
   std::string out(8, '\0');
   const std::uint64_t len = header.size();
   std::memcpy(out.data(), &len, 8);
@@ -163,7 +174,8 @@ TEST(ModelErrors, ShardedCheckpointMatchesSingleFile) {
   RKV_REQUIRE_SHARED(shared);
   const fs::path src = shared / "golden/models/llama_gqa_f32";
   TempDir dir;
-  for (const char* f : {"config.json", "generation_config.json"}) fs::copy_file(src / f, dir.path() / f);
+  for (const char* f : {"config.json", "generation_config.json"})
+    fs::copy_file(src / f, dir.path() / f);
   // Split the tensors over two shards listed in an index.
   TensorStore store(src);
   std::vector<TensorToWrite> a, b;
@@ -171,16 +183,17 @@ TEST(ModelErrors, ShardedCheckpointMatchesSingleFile) {
   int i = 0;
   for (const auto& [name, info] : store.tensors()) {
     const TensorInfo copy = info;
-    TensorToWrite t{name, info.dtype, info.shape, [copy](std::uint8_t* out, std::size_t n) {
-                      std::memcpy(out, copy.data, n);
-                    }};
+    TensorToWrite t{name, info.dtype, info.shape,
+                    [copy](std::uint8_t* out, std::size_t n) { std::memcpy(out, copy.data, n); }};
     const bool first = (i++ % 2) == 0;
     (first ? a : b).push_back(t);
-    weight_map[name] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+    weight_map[name] =
+        first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
   }
   write_safetensors(dir.path() / "model-00001-of-00002.safetensors", a);
   write_safetensors(dir.path() / "model-00002-of-00002.safetensors", b);
-  std::ofstream(dir.path() / "model.safetensors.index.json") << nlohmann::json{{"weight_map", weight_map}}.dump();
+  std::ofstream(dir.path() / "model.safetensors.index.json")
+      << nlohmann::json{{"weight_map", weight_map}}.dump();
 
   auto single = Model::load(src);
   auto sharded = Model::load(dir.path());
@@ -195,7 +208,8 @@ TEST(ModelErrors, ShardedCheckpointMatchesSingleFile) {
   EXPECT_EQ(la, lb);
 
   fs::remove(dir.path() / "model-00002-of-00002.safetensors");
-  EXPECT_NE(load_error(dir.path()).find("shard model-00002-of-00002.safetensors is missing"), std::string::npos);
+  EXPECT_NE(load_error(dir.path()).find("shard model-00002-of-00002.safetensors is missing"),
+            std::string::npos);
 }
 
 TEST(ModelErrors, BadRequestsLeaveTheCacheUntouched) {
@@ -221,7 +235,8 @@ TEST(ModelErrors, BadRequestsLeaveTheCacheUntouched) {
     generator.generate(long_prompt, options, [](int) { return true; });
     FAIL() << "a prompt longer than the context must be rejected";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("does not fit the context of 8 tokens"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("does not fit the context of 8 tokens"),
+              std::string::npos);
   }
   EXPECT_THROW(generator.generate(std::vector<int>{}, options, [](int) { return true; }), Error);
 }

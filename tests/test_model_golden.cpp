@@ -12,7 +12,9 @@
 namespace rkv {
 namespace {
 
-int argmax(const float* v, int n) { return static_cast<int>(std::max_element(v, v + n) - v); }
+int argmax(const float* v, int n) {
+  return static_cast<int>(std::max_element(v, v + n) - v);
+}
 
 class GoldenModel : public ::testing::TestWithParam<std::string> {};
 
@@ -40,7 +42,8 @@ TEST_P(GoldenModel, FullPassLogitsAndArgmax) {
   for (std::size_t p = 0; p < 5; ++p) {
     const std::size_t pos = ids.size() - 5 + p;
     for (int v = 0; v < V; ++v)
-      max_diff = std::max(max_diff, std::abs(double(logits[pos * V + v]) - last5[p][v].get<double>()));
+      max_diff =
+          std::max(max_diff, std::abs(double(logits[pos * V + v]) - last5[p][v].get<double>()));
   }
   EXPECT_LE(max_diff, 1e-3) << "max |logit - golden| over the last 5 positions";
 }
@@ -68,7 +71,8 @@ TEST_P(GoldenModel, GreedyDecodeWithCache) {
     if (step < step_logits.size()) {
       double max_diff = 0.0;
       for (int v = 0; v < V; ++v)
-        max_diff = std::max(max_diff, std::abs(double(logits[v]) - step_logits[step][v].get<double>()));
+        max_diff =
+            std::max(max_diff, std::abs(double(logits[v]) - step_logits[step][v].get<double>()));
       EXPECT_LE(max_diff, 1e-3) << "decode step " << step;
     }
     const int next = argmax(logits.data(), V);
@@ -80,8 +84,9 @@ TEST_P(GoldenModel, GreedyDecodeWithCache) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, GoldenModel,
-                         ::testing::Values("llama_gqa_f32", "llama3_rope_scaled_f32", "qwen2_bias_f32",
-                                           "qwen2_tied_bf16", "qwen3_qknorm_f32"));
+                         ::testing::Values("llama_gqa_f32", "llama3_rope_scaled_f32",
+                                           "qwen2_bias_f32", "qwen2_tied_bf16",
+                                           "qwen3_qknorm_f32"));
 
 }  // namespace
 }  // namespace rkv

@@ -53,7 +53,8 @@ TEST(Sampler, FrequenciesFollowTheSoftmax) {
   for (int i = 0; i < 5; ++i) {
     const double expected = std::exp(kLogits[static_cast<std::size_t>(i)]) / z;
     // 5 standard deviations of a binomial proportion.
-    EXPECT_NEAR(counts[i] / double(n), expected, 5 * std::sqrt(expected * (1 - expected) / n)) << "token " << i;
+    EXPECT_NEAR(counts[i] / double(n), expected, 5 * std::sqrt(expected * (1 - expected) / n))
+        << "token " << i;
   }
 }
 

@@ -26,14 +26,16 @@ inline nlohmann::json read_json(const std::filesystem::path& path) {
 }
 
 // The path to the rkv program built alongside the tests.
-inline std::string rkv_binary() { return RKV_BINARY_PATH; }
+inline std::string rkv_binary() {
+  return RKV_BINARY_PATH;
+}
 
 }  // namespace rkv::test
 
 // Skips the current test, with a message that says why, when ../shared is missing.
-#define RKV_REQUIRE_SHARED(dir_var)                                                            \
-  const std::filesystem::path dir_var = ::rkv::test::shared_dir();                             \
-  if (dir_var.empty()) {                                                                       \
-    GTEST_SKIP() << "../shared (the golden files) is not beside the repository; set "          \
-                    "RKV_SHARED_DIR to run this test";                                         \
+#define RKV_REQUIRE_SHARED(dir_var)                                                   \
+  const std::filesystem::path dir_var = ::rkv::test::shared_dir();                    \
+  if (dir_var.empty()) {                                                              \
+    GTEST_SKIP() << "../shared (the golden files) is not beside the repository; set " \
+                    "RKV_SHARED_DIR to run this test";                                \
   }

@@ -11,7 +11,9 @@ namespace rkv {
 
 enum class DType { F32, BF16, F16 };
 
-inline std::size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
+inline std::size_t dtype_size(DType t) {
+  return t == DType::F32 ? 4 : 2;
+}
 std::string_view dtype_name(DType t);
 // Parses "f32"/"F32"/"float32", "bf16"/"BF16"/"bfloat16", "f16"/"F16"/"float16"; throws rkv::Error.
 DType parse_dtype(std::string_view name);
@@ -27,7 +29,8 @@ inline float bf16_to_f32(std::uint16_t h) {
 inline std::uint16_t f32_to_bf16(float f) {
   std::uint32_t bits;
   std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x40);  // NaN
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<std::uint16_t>((bits >> 16) | 0x40);  // NaN
   bits += 0x7fffu + ((bits >> 16) & 1u);
   return static_cast<std::uint16_t>(bits >> 16);
 }

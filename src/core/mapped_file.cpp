@@ -24,20 +24,25 @@ bool use_file_mapping() {
 }
 
 // Reads the whole file into anonymous memory, asking for transparent huge pages.
-void* read_into_memory(int fd, std::size_t size, std::size_t& mapped_len, const std::string& where) {
+void* read_into_memory(int fd, std::size_t size, std::size_t& mapped_len,
+                       const std::string& where) {
   const std::size_t huge = std::size_t{2} << 20;
   mapped_len = (size + huge - 1) / huge * huge;
   void* p = ::mmap(nullptr, mapped_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw Error(where + ": cannot allocate " + std::to_string(size) + " bytes: " + std::strerror(errno));
+  if (p == MAP_FAILED)
+    throw Error(where + ": cannot allocate " + std::to_string(size) +
+                " bytes: " + std::strerror(errno));
   ::madvise(p, mapped_len, MADV_HUGEPAGE);
   std::size_t done = 0;
   while (done < size) {
-    const ssize_t n = ::pread(fd, static_cast<char*>(p) + done, size - done, static_cast<off_t>(done));
+    const ssize_t n =
+        ::pread(fd, static_cast<char*>(p) + done, size - done, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const int err = errno;
       ::munmap(p, mapped_len);
-      throw Error(where + ": read failed" + (n < 0 ? std::string(": ") + std::strerror(err) : std::string()));
+      throw Error(where + ": read failed" +
+                  (n < 0 ? std::string(": ") + std::strerror(err) : std::string()));
     }
     done += static_cast<std::size_t>(n);
   }
@@ -59,10 +64,12 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
   size_ = static_cast<std::size_t>(st.st_size);
   try {
     if (size_ > 0 && !use_file_mapping()) {
-      data_ = static_cast<const std::byte*>(read_into_memory(fd, size_, mapped_len_, path.string()));
+      data_ =
+          static_cast<const std::byte*>(read_into_memory(fd, size_, mapped_len_, path.string()));
     } else if (size_ > 0) {
       void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (p == MAP_FAILED) throw Error(path.string() + ": cannot memory-map: " + std::strerror(errno));
+      if (p == MAP_FAILED)
+        throw Error(path.string() + ": cannot memory-map: " + std::strerror(errno));
       data_ = static_cast<const std::byte*>(p);
       mapped_len_ = size_;
     }

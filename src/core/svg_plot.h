@@ -23,6 +23,7 @@ struct PlotOptions {
 // The chart as an SVG document: axes with ticks, one polyline per series, a legend.
 std::string render_line_plot(const std::vector<PlotSeries>& series, const PlotOptions& options);
 // Writes it to `path`; throws rkv::Error when the file cannot be written.
-void write_line_plot(const std::string& path, const std::vector<PlotSeries>& series, const PlotOptions& options);
+void write_line_plot(const std::string& path, const std::vector<PlotSeries>& series,
+                     const PlotOptions& options);
 
 }  // namespace rkv

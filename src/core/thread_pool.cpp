@@ -44,7 +44,8 @@ void ThreadPool::worker_loop() {
   for (;;) {
     // Wait for a new job: spin (about 50 microseconds), then yield, then sleep.
     int spins = 0;
-    while (job_id_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed)) {
+    while (job_id_.load(std::memory_order_acquire) == seen &&
+           !stop_.load(std::memory_order_relaxed)) {
       if (++spins < 2000) {
         RKV_CPU_RELAX();
       } else if (spins < 2100) {

@@ -51,9 +51,9 @@ class ThreadPool {
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  std::atomic<Job*> job_{nullptr};         // the job in progress, null between jobs
-  std::atomic<std::uint64_t> job_id_{0};   // bumped for every job
-  std::atomic<int> active_{0};             // workers that may be touching job_
+  std::atomic<Job*> job_{nullptr};        // the job in progress, null between jobs
+  std::atomic<std::uint64_t> job_id_{0};  // bumped for every job
+  std::atomic<int> active_{0};            // workers that may be touching job_
   std::atomic<int> sleeping_{0};
   std::atomic<bool> stop_{false};
   std::mutex mutex_;

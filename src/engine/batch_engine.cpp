@@ -24,8 +24,8 @@ struct BatchEngine::Sequence {
   std::unique_ptr<SequenceCompressor> compressor;
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<Sampler> sampler;
-  int prefilled = 0;        // prompt tokens already run
-  int next_token = -1;      // sampled and not yet fed to the model
+  int prefilled = 0;    // prompt tokens already run
+  int next_token = -1;  // sampled and not yet fed to the model
   std::vector<int> generated;
   bool finished = false;
   std::string stop_reason;
@@ -47,17 +47,22 @@ BatchEngine::BatchEngine(const Model& model, ThreadPool& pool, BatchEngineOption
 BatchEngine::~BatchEngine() = default;
 
 std::size_t BatchEngine::slot_bytes(const BatchRequest& request) const {
-  const SequenceCompressor compressor(request.compression, request.compression_vocab, request.steering);
-  const int context = options_.context_size > 0 ? options_.context_size : model_.config().max_position_embeddings;
+  const SequenceCompressor compressor(request.compression, request.compression_vocab,
+                                      request.steering);
+  const int context =
+      options_.context_size > 0 ? options_.context_size : model_.config().max_position_embeddings;
   const int prompt = static_cast<int>(request.prompt.size());
   const int max_new = std::max(0, std::min(request.max_new_tokens, context - prompt));
-  return KvCache::kv_bytes_for(model_.cache_shape(compressor.cache_capacity(prompt, max_new), compressor.window()));
+  return KvCache::kv_bytes_for(
+      model_.cache_shape(compressor.cache_capacity(prompt, max_new), compressor.window()));
 }
 
 int BatchEngine::max_concurrent(const BatchRequest& request) const {
   const std::size_t slot = slot_bytes(request);
-  std::size_t n = options_.kv_memory_bytes == 0 ? static_cast<std::size_t>(1) << 30 : options_.kv_memory_bytes / slot;
-  if (options_.max_batch > 0) n = std::min<std::size_t>(n, static_cast<std::size_t>(options_.max_batch));
+  std::size_t n = options_.kv_memory_bytes == 0 ? static_cast<std::size_t>(1) << 30
+                                                : options_.kv_memory_bytes / slot;
+  if (options_.max_batch > 0)
+    n = std::min<std::size_t>(n, static_cast<std::size_t>(options_.max_batch));
   return static_cast<int>(std::min<std::size_t>(n, 1u << 30));
 }
 
@@ -73,19 +78,24 @@ std::uint64_t BatchEngine::submit(BatchRequest request) {
   const int context = options_.context_size > 0 ? options_.context_size : c.max_position_embeddings;
   const int prompt = static_cast<int>(request.prompt.size());
   if (prompt >= context)
-    throw Error("the prompt has " + std::to_string(prompt) + " tokens, which does not fit the context of " +
-                std::to_string(context) + " tokens (raise --ctx-size or shorten the prompt)");
-  if (request.steering.enabled()) check_steering_vector(*request.steering.vector, c, {}, "steering");
+    throw Error("the prompt has " + std::to_string(prompt) +
+                " tokens, which does not fit the context of " + std::to_string(context) +
+                " tokens (raise --ctx-size or shorten the prompt)");
+  if (request.steering.enabled())
+    check_steering_vector(*request.steering.vector, c, {}, "steering");
   auto seq = std::make_unique<Sequence>();
-  seq->compressor =
-      std::make_unique<SequenceCompressor>(request.compression, request.compression_vocab, request.steering);
+  seq->compressor = std::make_unique<SequenceCompressor>(
+      request.compression, request.compression_vocab, request.steering);
   seq->max_new = std::min(request.max_new_tokens, context - prompt);
   seq->capacity = seq->compressor->cache_capacity(prompt, seq->max_new);
-  seq->slot_bytes = KvCache::kv_bytes_for(model_.cache_shape(seq->capacity, seq->compressor->window()));
+  seq->slot_bytes =
+      KvCache::kv_bytes_for(model_.cache_shape(seq->capacity, seq->compressor->window()));
   if (options_.kv_memory_bytes > 0 && seq->slot_bytes > options_.kv_memory_bytes)
     throw Error("the request needs a KV cache of " + std::to_string(seq->slot_bytes) + " bytes (" +
-                std::to_string(seq->capacity) + " entries per head), more than the whole KV memory cap of " +
-                std::to_string(options_.kv_memory_bytes) + " bytes: lower the budget or max tokens, or raise the cap");
+                std::to_string(seq->capacity) +
+                " entries per head), more than the whole KV memory cap of " +
+                std::to_string(options_.kv_memory_bytes) +
+                " bytes: lower the budget or max tokens, or raise the cap");
   if (request.on_compression) seq->compressor->set_listener(request.on_compression);
   seq->id = next_id_++;
   seq->request = std::move(request);
@@ -98,8 +108,11 @@ void BatchEngine::admit() {
   while (!waiting_.empty()) {
     Sequence& seq = *waiting_.front();
     if (options_.max_batch > 0 && static_cast<int>(running_.size()) >= options_.max_batch) break;
-    if (options_.kv_memory_bytes > 0 && kv_bytes_in_use_ + seq.slot_bytes > options_.kv_memory_bytes) break;
-    seq.cache = std::make_unique<KvCache>(model_.cache_shape(seq.capacity, seq.compressor->window()));
+    if (options_.kv_memory_bytes > 0 &&
+        kv_bytes_in_use_ + seq.slot_bytes > options_.kv_memory_bytes)
+      break;
+    seq.cache =
+        std::make_unique<KvCache>(model_.cache_shape(seq.capacity, seq.compressor->window()));
     seq.compressor->init_cache(*seq.cache);
     seq.sampler = std::make_unique<Sampler>(seq.request.sampling);
     seq.admitted = Clock::now();
@@ -139,7 +152,8 @@ bool BatchEngine::step() {
     const int n = std::min(prefill_budget, s->prompt_size() - s->prefilled);
     for (int i = 0; i < n; ++i) {
       const int p = s->prefilled + i;
-      rows.push_back({s->cache.get(), s->request.prompt[static_cast<std::size_t>(p)], p, p + 1 == s->prompt_size()});
+      rows.push_back({s->cache.get(), s->request.prompt[static_cast<std::size_t>(p)], p,
+                      p + 1 == s->prompt_size()});
       row_seq.push_back(s.get());
     }
     observer.attach(s->cache.get(), s->compressor.get());
@@ -149,7 +163,8 @@ bool BatchEngine::step() {
 
   std::size_t n_logits = 0;
   for (const auto& r : rows) n_logits += r.want_logits ? 1 : 0;
-  logits_.resize(std::max<std::size_t>(1, n_logits) * static_cast<std::size_t>(model_.config().vocab_size));
+  logits_.resize(std::max<std::size_t>(1, n_logits) *
+                 static_cast<std::size_t>(model_.config().vocab_size));
   const auto t0 = Clock::now();
   model_.forward(rows, scratch_, pool_, logits_.data(), &observer);
   const double step_seconds = seconds_between(t0, Clock::now());
@@ -227,8 +242,12 @@ std::vector<BatchResult> BatchEngine::take_results() {
   return out;
 }
 
-int BatchEngine::running() const { return static_cast<int>(running_.size()); }
-int BatchEngine::waiting() const { return static_cast<int>(waiting_.size()); }
+int BatchEngine::running() const {
+  return static_cast<int>(running_.size());
+}
+int BatchEngine::waiting() const {
+  return static_cast<int>(waiting_.size());
+}
 
 std::size_t parse_byte_size(const std::string& text) {
   std::size_t used = 0;
@@ -241,13 +260,20 @@ std::size_t parse_byte_size(const std::string& text) {
   std::string unit = used == 0 ? "?" : text.substr(used);
   while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
   double scale = 0.0;
-  if (unit.empty() || unit == "B") scale = 1.0;
-  else if (unit == "K" || unit == "KiB" || unit == "k") scale = 1024.0;
-  else if (unit == "M" || unit == "MiB") scale = 1024.0 * 1024.0;
-  else if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024.0 * 1024.0;
-  else if (unit == "KB") scale = 1e3;
-  else if (unit == "MB") scale = 1e6;
-  else if (unit == "GB") scale = 1e9;
+  if (unit.empty() || unit == "B")
+    scale = 1.0;
+  else if (unit == "K" || unit == "KiB" || unit == "k")
+    scale = 1024.0;
+  else if (unit == "M" || unit == "MiB")
+    scale = 1024.0 * 1024.0;
+  else if (unit == "G" || unit == "GiB")
+    scale = 1024.0 * 1024.0 * 1024.0;
+  else if (unit == "KB")
+    scale = 1e3;
+  else if (unit == "MB")
+    scale = 1e6;
+  else if (unit == "GB")
+    scale = 1e9;
   if (scale == 0.0 || !(value > 0.0) || !std::isfinite(value))
     throw Error("'" + text + "' is not a memory size (examples: 6GiB, 512MiB, 1.5G, 1000000)");
   return static_cast<std::size_t>(value * scale);

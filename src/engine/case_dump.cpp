@@ -9,9 +9,11 @@ namespace rkv {
 
 using nlohmann::json;
 
-CaseDumper::CaseDumper(const std::filesystem::path& dir, Method method, int limit) : dir_(dir), limit_(limit) {
+CaseDumper::CaseDumper(const std::filesystem::path& dir, Method method, int limit)
+    : dir_(dir), limit_(limit) {
   if (method != Method::streamingllm && method != Method::snapkv && method != Method::rkv)
-    throw Error("--dump-case supports streamingllm, snapkv and rkv; " + std::string(method_name(method)) +
+    throw Error("--dump-case supports streamingllm, snapkv and rkv; " +
+                std::string(method_name(method)) +
                 " carries per-entry state that the case format cannot hold");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -44,33 +46,35 @@ void CaseDumper::record(const CompressionEvent& e) {
     value.push_back(std::move(vrows));
     positions.push_back(std::vector<std::int32_t>(v.positions[h], v.positions[h] + v.n_all));
   }
-  const std::string id = std::string(method_name(p.method)) + "_step" + std::to_string(e.step) + "_layer" +
-                         std::to_string(e.layer);
-  json c = {{"format_version", 1},
-            {"case_id", id},
-            {"method", std::string(method_name(p.method))},
-            {"preset", std::string(method_name(p.method))},
-            {"source", "rkv generate --dump-case (a real compression of the engine)"},
-            {"description", "layer " + std::to_string(e.layer) + " at " + std::to_string(e.step) + " tokens"},
-            {"params",
-             {{"budget", p.budget},
-              {"window_size", p.window},
-              {"kernel_size", p.kernel},
-              {"mix_lambda", p.lambda},
-              {"first_tokens", p.sinks},
-              {"similarity_threshold", p.threshold},
-              {"retain_direction", "last"}}},
-            {"shapes",
-             {{"batch", 1},
-              {"q_heads", v.q_heads},
-              {"kv_heads", v.kv_heads},
-              {"head_dim", v.head_dim},
-              {"q_len", v.window},
-              {"kv_len", v.n_all},
-              {"n_candidates", v.n_all - v.window},
-              {"kept_per_head", e.selection->kept.empty() ? 0 : e.selection->kept[0].size()}}},
-            {"inputs", {{"query", query}, {"key", key}, {"value", value}, {"positions", positions}}},
-            {"expected", {{"compressed", true}, {"kept_indices", e.selection->kept}}}};
+  const std::string id = std::string(method_name(p.method)) + "_step" + std::to_string(e.step) +
+                         "_layer" + std::to_string(e.layer);
+  json c = {
+      {"format_version", 1},
+      {"case_id", id},
+      {"method", std::string(method_name(p.method))},
+      {"preset", std::string(method_name(p.method))},
+      {"source", "rkv generate --dump-case (a real compression of the engine)"},
+      {"description",
+       "layer " + std::to_string(e.layer) + " at " + std::to_string(e.step) + " tokens"},
+      {"params",
+       {{"budget", p.budget},
+        {"window_size", p.window},
+        {"kernel_size", p.kernel},
+        {"mix_lambda", p.lambda},
+        {"first_tokens", p.sinks},
+        {"similarity_threshold", p.threshold},
+        {"retain_direction", "last"}}},
+      {"shapes",
+       {{"batch", 1},
+        {"q_heads", v.q_heads},
+        {"kv_heads", v.kv_heads},
+        {"head_dim", v.head_dim},
+        {"q_len", v.window},
+        {"kv_len", v.n_all},
+        {"n_candidates", v.n_all - v.window},
+        {"kept_per_head", e.selection->kept.empty() ? 0 : e.selection->kept[0].size()}}},
+      {"inputs", {{"query", query}, {"key", key}, {"value", value}, {"positions", positions}}},
+      {"expected", {{"compressed", true}, {"kept_indices", e.selection->kept}}}};
   std::ofstream out(dir_ / (id + ".json"));
   if (!out) throw Error((dir_ / (id + ".json")).string() + ": cannot write");
   out << c.dump() << "\n";

@@ -28,7 +28,8 @@ void CompressionTrace::record(const CompressionEvent& e) {
   for (int h = 0; h < heads; ++h) {
     const std::int32_t* positions = e.cache->positions(e.layer, h);
     std::vector<std::int32_t> kept_positions;
-    for (std::int32_t index : e.selection->kept[static_cast<std::size_t>(h)]) kept_positions.push_back(positions[index]);
+    for (std::int32_t index : e.selection->kept[static_cast<std::size_t>(h)])
+      kept_positions.push_back(positions[index]);
     nlohmann::json line = {{"step", e.step},
                            {"layer", e.layer},
                            {"head", h},

@@ -21,8 +21,8 @@ struct GenerateOptions {
   SamplingParams sampling;
   std::vector<int> eos_ids;  // stop on any of these (the eos token is not emitted)
   bool ignore_eos = false;
-  int context_size = 0;      // 0: the model's max_position_embeddings
-  int prefill_chunk = 512;   // prompt tokens per forward pass
+  int context_size = 0;     // 0: the model's max_position_embeddings
+  int prefill_chunk = 512;  // prompt tokens per forward pass
   // KV compression (default: fullkv, no eviction) and the token ids its triggers need.
   CompressionParams compression = CompressionParams::defaults(Method::fullkv);
   CompressionVocab compression_vocab;

@@ -12,8 +12,10 @@ void SamplingParams::validate() const {
   if (!(temperature >= 0.0f) || !std::isfinite(temperature))
     throw Error("temperature must be >= 0 (0 is greedy), got " + std::to_string(temperature));
   if (top_k < 0) throw Error("top-k must be >= 0 (0 is off), got " + std::to_string(top_k));
-  if (!(top_p > 0.0f && top_p <= 1.0f)) throw Error("top-p must be in (0, 1], got " + std::to_string(top_p));
-  if (!(min_p >= 0.0f && min_p < 1.0f)) throw Error("min-p must be in [0, 1), got " + std::to_string(min_p));
+  if (!(top_p > 0.0f && top_p <= 1.0f))
+    throw Error("top-p must be in (0, 1], got " + std::to_string(top_p));
+  if (!(min_p >= 0.0f && min_p < 1.0f))
+    throw Error("min-p must be in [0, 1), got " + std::to_string(min_p));
 }
 
 // splitmix64 seeds xoshiro256**.
@@ -40,11 +42,17 @@ std::uint64_t Rng::next() {
   return result;
 }
 
-double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+double Rng::uniform() {
+  return static_cast<double>(next() >> 11) * 0x1.0p-53;
+}
 
-int argmax(const float* v, int n) { return static_cast<int>(std::max_element(v, v + n) - v); }
+int argmax(const float* v, int n) {
+  return static_cast<int>(std::max_element(v, v + n) - v);
+}
 
-Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { params_.validate(); }
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
+  params_.validate();
+}
 
 int Sampler::sample(float* logits, int vocab) {
   if (params_.temperature == 0.0f) return argmax(logits, vocab);
@@ -55,10 +63,13 @@ int Sampler::sample(float* logits, int vocab) {
   candidates_.clear();
   for (int i = 0; i < vocab; ++i)
     if (logits[i] >= cutoff) candidates_.emplace_back((logits[i] - max_logit) * inv_t, i);
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   std::size_t n = candidates_.size();
   if (params_.top_k > 0 && static_cast<std::size_t>(params_.top_k) < n) {
-    std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), by_logit);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(),
+                      by_logit);
     n = static_cast<std::size_t>(params_.top_k);
   } else {
     std::sort(candidates_.begin(), candidates_.end(), by_logit);

@@ -90,9 +90,8 @@ std::vector<BudgetSpec> parse_budget_specs(const std::string& text) {
     } else if (end == item.c_str() + item.size() && v >= 1 && v == std::floor(v) && v < 1e8) {
       b.tokens = static_cast<int>(v);
     } else {
-      throw Error(
-          "budget '" + item +
-          "': expected a token count (512) or a percentage in (0, 100] (10%)");
+      throw Error("budget '" + item +
+                  "': expected a token count (512) or a percentage in (0, 100] (10%)");
     }
     out.push_back(b);
   }

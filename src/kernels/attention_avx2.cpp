@@ -9,6 +9,8 @@ void attention_avx2(const float* q, int G, int d, const float* keys, const float
   attention_impl(q, G, d, keys, values, n, scale, out, probs);
 }
 
-void vec_exp_avx2(float* x, int n) { exp_inplace(x, n); }
+void vec_exp_avx2(float* x, int n) {
+  exp_inplace(x, n);
+}
 
 }  // namespace rkv::kernels

@@ -3,9 +3,11 @@
 
 namespace rkv::kernels {
 
-void attention_reference(const float*, int, int, const float*, const float*, int, float, float*, float*);
+void attention_reference(const float*, int, int, const float*, const float*, int, float, float*,
+                         float*);
 void attention_avx2(const float*, int, int, const float*, const float*, int, float, float*, float*);
-void attention_avx512(const float*, int, int, const float*, const float*, int, float, float*, float*);
+void attention_avx512(const float*, int, int, const float*, const float*, int, float, float*,
+                      float*);
 void vec_exp_reference(float*, int);
 void vec_exp_avx2(float*, int);
 void vec_exp_avx512(float*, int);

@@ -57,7 +57,8 @@ inline void attention_impl(const float* q, int G, int d, const float* keys, cons
                            int n, float scale, float* out, float* probs) {
   for (int j = 0; j < n; ++j) {
     const float* kj = keys + static_cast<std::size_t>(j) * d;
-    for (int g = 0; g < G; ++g) probs[static_cast<std::size_t>(g) * n + j] = dot_lanes(q + g * d, kj, d) * scale;
+    for (int g = 0; g < G; ++g)
+      probs[static_cast<std::size_t>(g) * n + j] = dot_lanes(q + g * d, kj, d) * scale;
   }
   for (int g = 0; g < G; ++g) {
     float* p = probs + static_cast<std::size_t>(g) * n;

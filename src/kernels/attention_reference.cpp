@@ -4,11 +4,13 @@
 
 namespace rkv::kernels {
 
-void attention_reference(const float* q, int G, int d, const float* keys, const float* values, int n,
-                    float scale, float* out, float* probs) {
+void attention_reference(const float* q, int G, int d, const float* keys, const float* values,
+                         int n, float scale, float* out, float* probs) {
   attention_impl(q, G, d, keys, values, n, scale, out, probs);
 }
 
-void vec_exp_reference(float* x, int n) { exp_inplace(x, n); }
+void vec_exp_reference(float* x, int n) {
+  exp_inplace(x, n);
+}
 
 }  // namespace rkv::kernels

@@ -14,9 +14,15 @@ MatmulRowsFn matmul_rows_avx2_fn();
 MatmulRowsFn matmul_rows_avx512_fn();
 MatmulRowsFn matmul_rows_avx512bf16_fn();
 #else
-static MatmulRowsFn matmul_rows_avx2_fn() { return nullptr; }
-static MatmulRowsFn matmul_rows_avx512_fn() { return nullptr; }
-static MatmulRowsFn matmul_rows_avx512bf16_fn() { return nullptr; }
+static MatmulRowsFn matmul_rows_avx2_fn() {
+  return nullptr;
+}
+static MatmulRowsFn matmul_rows_avx512_fn() {
+  return nullptr;
+}
+static MatmulRowsFn matmul_rows_avx512bf16_fn() {
+  return nullptr;
+}
 #endif
 
 std::string_view isa_name(Isa isa) {
@@ -96,8 +102,8 @@ void matmul(const float* x, std::size_t T, const WeightView& w, float* y, Thread
   static const MatmulRowsFn rows_fn = matmul_rows_for(active_isa());
   const std::size_t N = w.rows;
   // Split the output rows: every thread streams its own slice of the weights once.
-  pool.parallel_ranges(N, 16, [&](std::size_t n0, std::size_t n1) { rows_fn(x, T, w, n0, n1, y, N); },
-                       4);
+  pool.parallel_ranges(
+      N, 16, [&](std::size_t n0, std::size_t n1) { rows_fn(x, T, w, n0, n1, y, N); }, 4);
 }
 
 }  // namespace rkv::kernels

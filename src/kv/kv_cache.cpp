@@ -19,7 +19,8 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
   positions_.resize(entries);
   state_.resize(entries);
   lengths_.assign(static_cast<std::size_t>(shape.layers), 0);
-  ring_.resize(static_cast<std::size_t>(shape.layers) * shape.window * shape.q_heads * shape.head_dim);
+  ring_.resize(static_cast<std::size_t>(shape.layers) * shape.window * shape.q_heads *
+               shape.head_dim);
   ring_count_.assign(static_cast<std::size_t>(shape.layers), 0);
   ring_next_.assign(static_cast<std::size_t>(shape.layers), 0);
 }
@@ -106,8 +107,8 @@ void KvCache::clear() {
 }
 
 std::size_t KvCache::kv_bytes_for(const KvCacheShape& shape) {
-  return 2 * static_cast<std::size_t>(shape.layers) * shape.kv_heads * shape.capacity * shape.head_dim *
-         sizeof(float);
+  return 2 * static_cast<std::size_t>(shape.layers) * shape.kv_heads * shape.capacity *
+         shape.head_dim * sizeof(float);
 }
 
 std::size_t KvCache::used_kv_bytes() const {

@@ -35,7 +35,9 @@ class KvCache {
 
   // [length][head_dim] arrays of one (layer, KV head).
   float* keys(int layer, int head) { return keys_.data() + offset(layer, head) * stride(); }
-  const float* keys(int layer, int head) const { return keys_.data() + offset(layer, head) * stride(); }
+  const float* keys(int layer, int head) const {
+    return keys_.data() + offset(layer, head) * stride();
+  }
   float* values(int layer, int head) { return values_.data() + offset(layer, head) * stride(); }
   const float* values(int layer, int head) const {
     return values_.data() + offset(layer, head) * stride();
@@ -83,14 +85,14 @@ class KvCache {
   }
 
   KvCacheShape shape_;
-  std::vector<float> keys_;               // [layers][kv_heads][capacity][head_dim]
-  std::vector<float> values_;             // [layers][kv_heads][capacity][head_dim]
-  std::vector<std::int32_t> positions_;   // [layers][kv_heads][capacity]
-  std::vector<float> state_;              // [layers][kv_heads][capacity]
-  std::vector<int> lengths_;              // [layers]
-  std::vector<float> ring_;               // [layers][window][q_heads][head_dim]
-  std::vector<int> ring_count_;           // [layers] queries held (<= window)
-  std::vector<int> ring_next_;            // [layers] slot the next query goes to
+  std::vector<float> keys_;              // [layers][kv_heads][capacity][head_dim]
+  std::vector<float> values_;            // [layers][kv_heads][capacity][head_dim]
+  std::vector<std::int32_t> positions_;  // [layers][kv_heads][capacity]
+  std::vector<float> state_;             // [layers][kv_heads][capacity]
+  std::vector<int> lengths_;             // [layers]
+  std::vector<float> ring_;              // [layers][window][q_heads][head_dim]
+  std::vector<int> ring_count_;          // [layers] queries held (<= window)
+  std::vector<int> ring_next_;           // [layers] slot the next query goes to
   float initial_state_ = 0.0f;
 };
 

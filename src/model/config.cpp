@@ -12,13 +12,15 @@ namespace {
 
 using nlohmann::json;
 
-int get_int(const json& j, const char* key, const std::string& source, int fallback, bool required) {
+int get_int(const json& j, const char* key, const std::string& source, int fallback,
+            bool required) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
     if (required) throw Error(source + ": missing required field '" + key + "'");
     return fallback;
   }
-  if (!it->is_number_integer() && !(it->is_number() && it->get<double>() == double(it->get<long long>())))
+  if (!it->is_number_integer() &&
+      !(it->is_number() && it->get<double>() == double(it->get<long long>())))
     throw Error(source + ": field '" + key + "' must be an integer");
   const long long v = it->get<long long>();
   if (v < 0 || v > (1LL << 31) - 1) throw Error(source + ": field '" + key + "' is out of range");
@@ -74,8 +76,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   if (!j.is_object()) throw Error(source + ": expected a JSON object");
   ModelConfig c;
   std::string arch_name;
-  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() &&
-                                         (*it)[0].is_string()) {
+  if (auto it = j.find("architectures");
+      it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
     arch_name = (*it)[0].get<std::string>();
   } else if (auto mt = j.find("model_type"); mt != j.end() && mt->is_string()) {
     arch_name = mt->get<std::string>();
@@ -105,14 +107,17 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   c.max_position_embeddings = get_int(j, "max_position_embeddings", source, 32768, false);
   if (c.hidden_size <= 0 || c.intermediate_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 ||
       c.num_kv_heads <= 0 || c.vocab_size <= 0)
-    throw Error(source + ": sizes (hidden, intermediate, layers, heads, kv heads, vocab) must be positive");
+    throw Error(source +
+                ": sizes (hidden, intermediate, layers, heads, kv heads, vocab) must be positive");
   if (c.num_heads % c.num_kv_heads != 0)
     throw Error(source + ": num_attention_heads (" + std::to_string(c.num_heads) +
-                ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) + ")");
+                ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) +
+                ")");
   const int default_head_dim = c.hidden_size / c.num_heads;
   c.head_dim = get_int(j, "head_dim", source, default_head_dim, false);
   if (c.head_dim <= 0 || c.head_dim % 2 != 0)
-    throw Error(source + ": head_dim must be a positive even number, got " + std::to_string(c.head_dim));
+    throw Error(source + ": head_dim must be a positive even number, got " +
+                std::to_string(c.head_dim));
   c.rms_norm_eps = get_float(j, "rms_norm_eps", source, 1e-6f);
   c.rope_theta = get_float(j, "rope_theta", source, 10000.0f);
   if (c.rope_theta <= 0.0f) throw Error(source + ": rope_theta must be positive");
@@ -120,15 +125,18 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
     c.tie_word_embeddings = it->get<bool>();
   // Qwen2 always has q/k/v biases; Llama and Qwen3 only when attention_bias is true.
   c.attention_bias = c.arch == Architecture::Qwen2;
-  if (auto it = j.find("attention_bias"); it != j.end() && it->is_boolean() && c.arch != Architecture::Qwen2)
+  if (auto it = j.find("attention_bias");
+      it != j.end() && it->is_boolean() && c.arch != Architecture::Qwen2)
     c.attention_bias = it->get<bool>();
   c.qk_norm = c.arch == Architecture::Qwen3;
 
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) throw Error(source + ": rope_scaling must be an object or null");
     std::string type;
-    if (auto t = it->find("rope_type"); t != it->end() && t->is_string()) type = *t;
-    else if (auto t2 = it->find("type"); t2 != it->end() && t2->is_string()) type = *t2;
+    if (auto t = it->find("rope_type"); t != it->end() && t->is_string())
+      type = *t;
+    else if (auto t2 = it->find("type"); t2 != it->end() && t2->is_string())
+      type = *t2;
     if (type == "llama3") {
       c.rope_scaling.llama3 = true;
       c.rope_scaling.factor = get_float(*it, "factor", source, 8.0f);
@@ -136,7 +144,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
       c.rope_scaling.high_freq_factor = get_float(*it, "high_freq_factor", source, 4.0f);
       c.rope_scaling.original_max_position_embeddings =
           get_int(*it, "original_max_position_embeddings", source, 8192, false);
-      if (c.rope_scaling.factor <= 0 || c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor ||
+      if (c.rope_scaling.factor <= 0 ||
+          c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor ||
           c.rope_scaling.original_max_position_embeddings <= 0)
         throw Error(source + ": invalid llama3 rope_scaling parameters");
     } else if (type != "default" && !type.empty()) {
@@ -144,7 +153,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
     }
   }
   c.bos_token_id = get_int(j, "bos_token_id", source, -1, false);
-  if (auto it = j.find("eos_token_id"); it != j.end()) add_ids(*it, c.eos_token_ids, source, "eos_token_id");
+  if (auto it = j.find("eos_token_id"); it != j.end())
+    add_ids(*it, c.eos_token_ids, source, "eos_token_id");
   return c;
 }
 
@@ -160,11 +170,13 @@ ModelConfig ModelConfig::load(const std::filesystem::path& dir) {
     if (g.is_object()) {
       if (auto it = g.find("eos_token_id"); it != g.end())
         add_ids(*it, c.eos_token_ids, gen_path.string(), "eos_token_id");
-      if (c.bos_token_id < 0) c.bos_token_id = get_int(g, "bos_token_id", gen_path.string(), -1, false);
+      if (c.bos_token_id < 0)
+        c.bos_token_id = get_int(g, "bos_token_id", gen_path.string(), -1, false);
     }
   }
   std::sort(c.eos_token_ids.begin(), c.eos_token_ids.end());
-  c.eos_token_ids.erase(std::unique(c.eos_token_ids.begin(), c.eos_token_ids.end()), c.eos_token_ids.end());
+  c.eos_token_ids.erase(std::unique(c.eos_token_ids.begin(), c.eos_token_ids.end()),
+                        c.eos_token_ids.end());
   return c;
 }
 
@@ -183,11 +195,12 @@ json ModelConfig::to_json() const {
   j["rms_norm_eps"] = rms_norm_eps;
   j["rope_theta"] = rope_theta;
   if (rope_scaling.llama3) {
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", rope_scaling.factor},
-                         {"low_freq_factor", rope_scaling.low_freq_factor},
-                         {"high_freq_factor", rope_scaling.high_freq_factor},
-                         {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
+    j["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", rope_scaling.factor},
+        {"low_freq_factor", rope_scaling.low_freq_factor},
+        {"high_freq_factor", rope_scaling.high_freq_factor},
+        {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
   } else {
     j["rope_scaling"] = nullptr;
   }
@@ -195,8 +208,10 @@ json ModelConfig::to_json() const {
   j["attention_bias"] = attention_bias;
   j["hidden_act"] = "silu";
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
-  if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
-  else if (!eos_token_ids.empty()) j["eos_token_id"] = eos_token_ids;
+  if (eos_token_ids.size() == 1)
+    j["eos_token_id"] = eos_token_ids[0];
+  else if (!eos_token_ids.empty())
+    j["eos_token_id"] = eos_token_ids;
   j["torch_dtype"] = "bfloat16";
   return j;
 }

@@ -18,9 +18,9 @@ namespace rkv {
 
 struct LayerWeights {
   kernels::WeightView q, k, v, o, gate, up, down;  // [out][in], used in place
-  std::vector<float> q_bias, k_bias, v_bias;        // Qwen2 (empty otherwise)
-  std::vector<float> input_norm, post_norm;         // [hidden]
-  std::vector<float> q_norm, k_norm;                // [head_dim], Qwen3 (empty otherwise)
+  std::vector<float> q_bias, k_bias, v_bias;       // Qwen2 (empty otherwise)
+  std::vector<float> input_norm, post_norm;        // [hidden]
+  std::vector<float> q_norm, k_norm;               // [head_dim], Qwen3 (empty otherwise)
 };
 
 // One token of one sequence in a forward pass. Rows of the same sequence must be consecutive,
@@ -51,8 +51,8 @@ class ForwardObserver {
   virtual bool wants_attention_probs() const { return false; }
   // Attention probabilities of row r, layer, KV head: [G][n] for the cache's first n entries.
   // Called from worker threads, one call per (row, KV head), never twice for the same pair.
-  virtual void attention_probs(int layer, std::span<const ForwardRow> rows, std::size_t row, int kv_head,
-                               const float* probs, int G, int n) {}
+  virtual void attention_probs(int layer, std::span<const ForwardRow> rows, std::size_t row,
+                               int kv_head, const float* probs, int G, int n) {}
 };
 
 // Scratch buffers of a forward pass, reused between calls to avoid allocation per token.

@@ -48,7 +48,8 @@ void Model::embed(std::int32_t token, float* out) const {
                 std::to_string(config_.vocab_size) + ")");
   const std::size_t H = static_cast<std::size_t>(config_.hidden_size);
   for (std::size_t i = 0; i < H; ++i)
-    out[i] = load_as_f32(embed_tokens_.data, embed_tokens_.dtype, static_cast<std::size_t>(token) * H + i);
+    out[i] = load_as_f32(embed_tokens_.data, embed_tokens_.dtype,
+                         static_cast<std::size_t>(token) * H + i);
 }
 
 void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadPool& pool,
@@ -94,7 +95,8 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
     embed(rows[r].token, s.x.data() + r * H);
     // angle = float32(position) * inv_freq in float32, as HF computes it.
     for (int j = 0; j < half; ++j) {
-      const float angle = static_cast<float>(rows[r].position) * inv_freq_[static_cast<std::size_t>(j)];
+      const float angle =
+          static_cast<float>(rows[r].position) * inv_freq_[static_cast<std::size_t>(j)];
       s.rope_cos[r * half + j] = static_cast<float>(std::cos(static_cast<double>(angle)));
       s.rope_sin[r * half + j] = static_cast<float>(std::sin(static_cast<double>(angle)));
     }
@@ -109,7 +111,8 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[static_cast<std::size_t>(l)];
     for (std::size_t r = 0; r < T; ++r)
-      rms_norm(s.x.data() + r * H, w.input_norm.data(), s.xn.data() + r * H, static_cast<int>(H), c.rms_norm_eps);
+      rms_norm(s.x.data() + r * H, w.input_norm.data(), s.xn.data() + r * H, static_cast<int>(H),
+               c.rms_norm_eps);
     kernels::matmul(s.xn.data(), T, w.q, s.q.data(), pool);
     kernels::matmul(s.xn.data(), T, w.k, s.k.data(), pool);
     kernels::matmul(s.xn.data(), T, w.v, s.v.data(), pool);
@@ -145,14 +148,15 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
       const int n = visible[r];
       thread_local std::vector<float> probs;
       probs.resize(static_cast<std::size_t>(G) * static_cast<std::size_t>(n));
-      attention(s.q.data() + r * QD + static_cast<std::size_t>(h) * G * D, G, D, rows[r].cache->keys(l, h),
-                rows[r].cache->values(l, h), n, scale, s.attn.data() + r * QD + static_cast<std::size_t>(h) * G * D,
-                probs.data());
+      attention(s.q.data() + r * QD + static_cast<std::size_t>(h) * G * D, G, D,
+                rows[r].cache->keys(l, h), rows[r].cache->values(l, h), n, scale,
+                s.attn.data() + r * QD + static_cast<std::size_t>(h) * G * D, probs.data());
       if (want_probs) observer->attention_probs(l, rows, r, h, probs.data(), G, n);
     };
     if (!want_probs) {
       pool.parallel_for(T * static_cast<std::size_t>(Hkv), [&](std::size_t task) {
-        attend(task / static_cast<std::size_t>(Hkv), static_cast<int>(task % static_cast<std::size_t>(Hkv)));
+        attend(task / static_cast<std::size_t>(Hkv),
+               static_cast<int>(task % static_cast<std::size_t>(Hkv)));
       });
     } else {
       // The observer accumulates into per-(sequence, head) arrays: one task per (sequence, KV
@@ -172,7 +176,8 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
     for (std::size_t i = 0; i < T * H; ++i) s.x[i] += s.xn[i];
 
     for (std::size_t r = 0; r < T; ++r)
-      rms_norm(s.x.data() + r * H, w.post_norm.data(), s.xn.data() + r * H, static_cast<int>(H), c.rms_norm_eps);
+      rms_norm(s.x.data() + r * H, w.post_norm.data(), s.xn.data() + r * H, static_cast<int>(H),
+               c.rms_norm_eps);
     kernels::matmul(s.xn.data(), T, w.gate, s.gate.data(), pool);
     kernels::matmul(s.xn.data(), T, w.up, s.up.data(), pool);
     for (std::size_t i = 0; i < T * I; ++i) {
@@ -185,7 +190,8 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
   }
 
   for (std::size_t r = 0; r < T; ++r)
-    rms_norm(s.x.data() + r * H, final_norm_.data(), s.xn.data() + r * H, static_cast<int>(H), c.rms_norm_eps);
+    rms_norm(s.x.data() + r * H, final_norm_.data(), s.xn.data() + r * H, static_cast<int>(H),
+             c.rms_norm_eps);
   if (observer != nullptr) observer->final_hidden(rows, s.xn.data());
   std::size_t n_logits = 0;
   s.logits_hidden.resize(T * H);
@@ -194,7 +200,8 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
     std::memcpy(s.logits_hidden.data() + n_logits * H, s.xn.data() + r * H, H * sizeof(float));
     ++n_logits;
   }
-  if (n_logits > 0 && logits != nullptr) kernels::matmul(s.logits_hidden.data(), n_logits, lm_head_, logits, pool);
+  if (n_logits > 0 && logits != nullptr)
+    kernels::matmul(s.logits_hidden.data(), n_logits, lm_head_, logits, pool);
 }
 
 }  // namespace rkv

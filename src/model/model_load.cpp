@@ -51,7 +51,8 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
       const float wavelen = 2.0f * static_cast<float>(M_PI) / f;
       float scaled = wavelen > low_wavelen ? f / s.factor : f;
       if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
-        const float smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        const float smooth =
+            (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
         scaled = (1.0f - smooth) * scaled / s.factor + smooth * scaled;
       }
       f = scaled;
@@ -79,7 +80,8 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
   } else if (c.tie_word_embeddings) {
     m->lm_head_ = m->embed_tokens_;
   } else {
-    throw Error(st.dir().string() + ": missing tensor lm_head.weight (and tie_word_embeddings is false)");
+    throw Error(st.dir().string() +
+                ": missing tensor lm_head.weight (and tie_word_embeddings is false)");
   }
   m->final_norm_ = vector_f32(st, "model.norm.weight", H);
   for (int l = 0; l < c.num_layers; ++l) {
@@ -111,7 +113,9 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
 }
 
 KvCacheShape Model::cache_shape(int capacity, int window) const {
-  return {config_.num_layers, config_.num_kv_heads, config_.num_heads, config_.head_dim, capacity, window};
+  return {config_.num_layers, config_.num_kv_heads,
+          config_.num_heads,  config_.head_dim,
+          capacity,           window};
 }
 
 }  // namespace rkv

@@ -24,8 +24,9 @@ struct ShapeEntry {
   ModelConfig config;
 };
 
-ModelConfig make(Architecture arch, const char* arch_name, int hidden, int inter, int layers, int heads,
-                 int kv_heads, int head_dim, int vocab, float theta, float eps, bool tied, int max_pos) {
+ModelConfig make(Architecture arch, const char* arch_name, int hidden, int inter, int layers,
+                 int heads, int kv_heads, int head_dim, int vocab, float theta, float eps,
+                 bool tied, int max_pos) {
   ModelConfig c;
   c.arch = arch;
   c.architecture_name = arch_name;
@@ -49,15 +50,19 @@ const std::vector<ShapeEntry>& shapes() {
   static const std::vector<ShapeEntry> table = [] {
     std::vector<ShapeEntry> t;
     t.push_back({"tiny", "qwen",
-                 make(Architecture::Qwen2, "Qwen2ForCausalLM", 128, 384, 4, 4, 2, 32, 1024, 1e6f, 1e-6f, true, 4096)});
+                 make(Architecture::Qwen2, "Qwen2ForCausalLM", 128, 384, 4, 4, 2, 32, 1024, 1e6f,
+                      1e-6f, true, 4096)});
     t.push_back({"qwen2.5-0.5b", "qwen",
-                 make(Architecture::Qwen2, "Qwen2ForCausalLM", 896, 4864, 24, 14, 2, 64, 151936, 1e6f, 1e-6f, true, 32768)});
+                 make(Architecture::Qwen2, "Qwen2ForCausalLM", 896, 4864, 24, 14, 2, 64, 151936,
+                      1e6f, 1e-6f, true, 32768)});
     t.push_back({"qwen3-0.6b", "qwen",
-                 make(Architecture::Qwen3, "Qwen3ForCausalLM", 1024, 3072, 28, 16, 8, 128, 151936, 1e6f, 1e-6f, true, 40960)});
+                 make(Architecture::Qwen3, "Qwen3ForCausalLM", 1024, 3072, 28, 16, 8, 128, 151936,
+                      1e6f, 1e-6f, true, 40960)});
     t.push_back({"r1-distill-qwen-1.5b", "r1-qwen",
-                 make(Architecture::Qwen2, "Qwen2ForCausalLM", 1536, 8960, 28, 12, 2, 128, 151936, 1e4f, 1e-6f, false, 131072)});
-    ModelConfig llama = make(Architecture::Llama, "LlamaForCausalLM", 4096, 14336, 32, 32, 8, 128, 128256, 5e5f,
-                             1e-5f, false, 131072);
+                 make(Architecture::Qwen2, "Qwen2ForCausalLM", 1536, 8960, 28, 12, 2, 128, 151936,
+                      1e4f, 1e-6f, false, 131072)});
+    ModelConfig llama = make(Architecture::Llama, "LlamaForCausalLM", 4096, 14336, 32, 32, 8, 128,
+                             128256, 5e5f, 1e-5f, false, 131072);
     llama.rope_scaling = {true, 8.0f, 1.0f, 4.0f, 8192};
     t.push_back({"r1-distill-llama-8b", "r1-llama", llama});
     return t;
@@ -86,32 +91,42 @@ Specials family_specials(const std::string& family) {
     s.tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"};
     s.eos = "<|im_end|>";
     s.chat_template =
-        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-        "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+        "message['content'] + "
+        "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+        "'<|im_start|>assistant\\n' }}{% endif %}";
   } else {
-    s.tokens = {"<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<think>",
+    s.tokens = {"<｜begin▁of▁sentence｜>",
+                "<｜end▁of▁sentence｜>",
+                "<｜User｜>",
+                "<｜Assistant｜>",
+                "<think>",
                 "</think>"};
     s.bos = "<｜begin▁of▁sentence｜>";
     s.eos = "<｜end▁of▁sentence｜>";
     s.add_bos = true;
     s.chat_template =
-        "{{bos_token}}{% for message in messages %}{% if message['role'] == 'user' %}{{'<｜User｜>' + "
-        "message['content']}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{'<｜Assistant｜><think>\\n'}}{% endif %}";
+        "{{bos_token}}{% for message in messages %}{% if message['role'] == 'user' "
+        "%}{{'<｜User｜>' + "
+        "message['content']}}{% endif %}{% endfor %}{% if add_generation_prompt "
+        "%}{{'<｜Assistant｜><think>\\n'}}{% endif %}";
   }
   return s;
 }
 
 const char* kQwenRegex =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
     "\\s+(?!\\S)|\\s+";
 const char* kLlama3Regex =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
     "\\s+(?!\\S)|\\s+";
 
 std::string family_of(const ModelConfig& c) {
   for (const auto& s : shapes())
-    if (s.config.architecture_name == c.architecture_name && s.config.hidden_size == c.hidden_size &&
-        s.config.vocab_size == c.vocab_size)
+    if (s.config.architecture_name == c.architecture_name &&
+        s.config.hidden_size == c.hidden_size && s.config.vocab_size == c.vocab_size)
       return s.family;
   return c.arch == Architecture::Llama ? "r1-llama" : "qwen";
 }
@@ -124,16 +139,21 @@ std::vector<std::string> known_shapes() {
   return names;
 }
 
-ModelConfig shape_config(const std::string& name) { return find_shape(name).config; }
+ModelConfig shape_config(const std::string& name) {
+  return find_shape(name).config;
+}
 
 void write_synthetic_tokenizer(const std::filesystem::path& dir, const ModelConfig& config) {
   const std::string family = family_of(config);
   const Specials specials = family_specials(family);
   const int n_special = static_cast<int>(specials.tokens.size());
   const int n_regular = config.vocab_size - n_special;
-  if (n_regular < 256) throw Error("vocabulary of " + std::to_string(config.vocab_size) + " is too small for a byte-level tokenizer");
+  if (n_regular < 256)
+    throw Error("vocabulary of " + std::to_string(config.vocab_size) +
+                " is too small for a byte-level tokenizer");
   std::vector<std::string> symbols;  // GPT-2's byte-level form of each byte
-  for (int b = 0; b < 256; ++b) symbols.push_back(tokenizer::byte_level_char(static_cast<unsigned char>(b)));
+  for (int b = 0; b < 256; ++b)
+    symbols.push_back(tokenizer::byte_level_char(static_cast<unsigned char>(b)));
   // Bytes in the order merges are made: space, lower-case letters, digits, punctuation, the rest.
   std::vector<int> order;
   std::set<int> seen;
@@ -178,10 +198,16 @@ void write_synthetic_tokenizer(const std::filesystem::path& dir, const ModelConf
     const int id = n_regular + i;
     const std::string& content = specials.tokens[static_cast<std::size_t>(i)];
     const bool special = content != "<think>" && content != "</think>";
-    added.push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", special}});
-    decoder[std::to_string(id)] = {{"content", content}, {"lstrip", false}, {"normalized", false},
-                                   {"rstrip", false}, {"single_word", false}, {"special", special}};
+    added.push_back({{"id", id},
+                     {"content", content},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", special}});
+    decoder[std::to_string(id)] = {{"content", content},   {"lstrip", false},
+                                   {"normalized", false},  {"rstrip", false},
+                                   {"single_word", false}, {"special", special}};
   }
   const bool qwen = family != "r1-llama";
   json tok;
@@ -192,10 +218,14 @@ void write_synthetic_tokenizer(const std::filesystem::path& dir, const ModelConf
   tok["normalizer"] = qwen ? json{{"type", "NFC"}} : json(nullptr);
   tok["pre_tokenizer"] = {
       {"type", "Sequence"},
-      {"pretokenizers",
-       json::array({{{"type", "Split"}, {"pattern", {{"Regex", qwen ? kQwenRegex : kLlama3Regex}}},
-                     {"behavior", "Isolated"}, {"invert", false}},
-                    {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}})}};
+      {"pretokenizers", json::array({{{"type", "Split"},
+                                      {"pattern", {{"Regex", qwen ? kQwenRegex : kLlama3Regex}}},
+                                      {"behavior", "Isolated"},
+                                      {"invert", false}},
+                                     {{"type", "ByteLevel"},
+                                      {"add_prefix_space", false},
+                                      {"trim_offsets", false},
+                                      {"use_regex", false}}})}};
   if (specials.add_bos) {
     const int bos_id = n_regular;  // the first special token
     tok["post_processor"] = {
@@ -205,14 +235,27 @@ void write_synthetic_tokenizer(const std::filesystem::path& dir, const ModelConf
         {"pair", json::array({{{"SpecialToken", {{"id", specials.bos}, {"type_id", 0}}}},
                               {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
                               {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}})},
-        {"special_tokens", {{specials.bos, {{"id", specials.bos}, {"ids", {bos_id}}, {"tokens", {specials.bos}}}}}}};
+        {"special_tokens",
+         {{specials.bos, {{"id", specials.bos}, {"ids", {bos_id}}, {"tokens", {specials.bos}}}}}}};
   } else {
-    tok["post_processor"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+    tok["post_processor"] = {{"type", "ByteLevel"},
+                             {"add_prefix_space", false},
+                             {"trim_offsets", false},
+                             {"use_regex", false}};
   }
-  tok["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
-  tok["model"] = {{"type", "BPE"},          {"dropout", nullptr},       {"unk_token", nullptr},
-                  {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
-                  {"byte_fallback", false}, {"ignore_merges", false}, {"vocab", vocab},
+  tok["decoder"] = {{"type", "ByteLevel"},
+                    {"add_prefix_space", true},
+                    {"trim_offsets", true},
+                    {"use_regex", true}};
+  tok["model"] = {{"type", "BPE"},
+                  {"dropout", nullptr},
+                  {"unk_token", nullptr},
+                  {"continuing_subword_prefix", ""},
+                  {"end_of_word_suffix", ""},
+                  {"fuse_unk", false},
+                  {"byte_fallback", false},
+                  {"ignore_merges", false},
+                  {"vocab", vocab},
                   {"merges", merges}};
   std::ofstream(dir / "tokenizer.json") << tok.dump();
 
@@ -228,8 +271,8 @@ void write_synthetic_tokenizer(const std::filesystem::path& dir, const ModelConf
   std::ofstream(dir / "tokenizer_config.json") << cfg.dump(2);
 }
 
-void write_random_checkpoint(const std::filesystem::path& dir, const RandomCheckpointOptions& options,
-                             std::FILE* log) {
+void write_random_checkpoint(const std::filesystem::path& dir,
+                             const RandomCheckpointOptions& options, std::FILE* log) {
   const ShapeEntry& entry = find_shape(options.shape);
   ModelConfig c = entry.config;
   std::filesystem::create_directories(dir);
@@ -243,7 +286,9 @@ void write_random_checkpoint(const std::filesystem::path& dir, const RandomCheck
   c.bos_token_id = specials.bos.empty() ? special_id("<|endoftext|>") : special_id(specials.bos);
   c.eos_token_ids = {special_id(specials.eos)};
   json cj = c.to_json();
-  cj["torch_dtype"] = options.dtype == DType::F32 ? "float32" : options.dtype == DType::BF16 ? "bfloat16" : "float16";
+  cj["torch_dtype"] = options.dtype == DType::F32    ? "float32"
+                      : options.dtype == DType::BF16 ? "bfloat16"
+                                                     : "float16";
   cj["rkv_random_weights"] = {{"shape", options.shape}, {"seed", options.seed}};
   std::ofstream(dir / "config.json") << cj.dump(2);
   json gen = {{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_ids}};
@@ -257,19 +302,22 @@ void write_random_checkpoint(const std::filesystem::path& dir, const RandomCheck
   const std::int64_t QD = c.num_heads * D, KD = c.num_kv_heads * D;
   std::vector<TensorToWrite> tensors;
   std::uint64_t tensor_index = 0;
-  auto add = [&](const std::string& name, std::vector<std::int64_t> shape, float center, float half_width) {
+  auto add = [&](const std::string& name, std::vector<std::int64_t> shape, float center,
+                 float half_width) {
     const std::uint64_t seed = options.seed * 1000003ull + tensor_index++;
     const DType dtype = shape.size() == 1 ? DType::F32 : options.dtype;
     tensors.push_back({name, dtype, shape, [=](std::uint8_t* bytes, std::size_t nbytes) {
                          Rng rng(seed);
                          const std::size_t n = nbytes / dtype_size(dtype);
                          for (std::size_t i = 0; i < n; ++i) {
-                           const float u = static_cast<float>(rng.next() >> 40) * 0x1.0p-24f;  // [0,1)
+                           const float u =
+                               static_cast<float>(rng.next() >> 40) * 0x1.0p-24f;  // [0,1)
                            const float value = center + (2.0f * u - 1.0f) * half_width;
                            if (dtype == DType::F32) {
                              std::memcpy(bytes + 4 * i, &value, 4);
                            } else {
-                             const std::uint16_t h = dtype == DType::BF16 ? f32_to_bf16(value) : f32_to_f16(value);
+                             const std::uint16_t h =
+                                 dtype == DType::BF16 ? f32_to_bf16(value) : f32_to_f16(value);
                              std::memcpy(bytes + 2 * i, &h, 2);
                            }
                          }
@@ -282,8 +330,10 @@ void write_random_checkpoint(const std::filesystem::path& dir, const RandomCheck
   if (!c.tie_word_embeddings) linear("lm_head.weight", V, H);
   // A tied model whose final norm is all positive mostly repeats its last token (the output
   // projection is the embedding); mixed signs, as in the golden checkpoints, avoid that.
-  if (c.tie_word_embeddings) add("model.norm.weight", {H}, 0.0f, std::sqrt(3.0f));
-  else add("model.norm.weight", {H}, 1.0f, 0.25f);
+  if (c.tie_word_embeddings)
+    add("model.norm.weight", {H}, 0.0f, std::sqrt(3.0f));
+  else
+    add("model.norm.weight", {H}, 1.0f, 0.25f);
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     linear(p + "self_attn.q_proj.weight", QD, H);
@@ -305,7 +355,9 @@ void write_random_checkpoint(const std::filesystem::path& dir, const RandomCheck
       add(p + "self_attn.k_norm.weight", {D}, 1.0f, 0.25f);
     }
   }
-  if (log) std::fprintf(log, "make-model: writing %zu tensors to %s\n", tensors.size(), (dir / "model.safetensors").c_str());
+  if (log)
+    std::fprintf(log, "make-model: writing %zu tensors to %s\n", tensors.size(),
+                 (dir / "model.safetensors").c_str());
   write_safetensors(dir / "model.safetensors", tensors);
 }
 

@@ -25,8 +25,8 @@ struct RandomCheckpointOptions {
 };
 
 // Writes the checkpoint into `dir` (created if missing). Progress goes to `log` when not null.
-void write_random_checkpoint(const std::filesystem::path& dir, const RandomCheckpointOptions& options,
-                             std::FILE* log = nullptr);
+void write_random_checkpoint(const std::filesystem::path& dir,
+                             const RandomCheckpointOptions& options, std::FILE* log = nullptr);
 
 // Writes tokenizer.json and tokenizer_config.json: 256 byte tokens, merges of frequent-looking
 // pairs up to the vocabulary size minus the special tokens, and the family's special tokens.

@@ -27,18 +27,22 @@ std::string shape_to_string(const std::vector<std::int64_t>& shape) {
   return s;
 }
 
-std::string TensorInfo::shape_string() const { return shape_to_string(shape); }
+std::string TensorInfo::shape_string() const {
+  return shape_to_string(shape);
+}
 
 SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
     : file_(std::make_unique<MappedFile>(path)) {
   const std::string where = path.string();
   const std::size_t size = file_->size();
-  if (size < 8) throw Error(where + ": truncated safetensors file (" + std::to_string(size) + " bytes)");
+  if (size < 8)
+    throw Error(where + ": truncated safetensors file (" + std::to_string(size) + " bytes)");
   std::uint64_t header_len = 0;
   std::memcpy(&header_len, file_->data(), 8);  // little-endian on every platform we build for
   if (header_len > size - 8 || header_len > (100u << 20))
     throw Error(where + ": invalid safetensors header length " + std::to_string(header_len) +
-                " (file has " + std::to_string(size) + " bytes): truncated or not a safetensors file");
+                " (file has " + std::to_string(size) +
+                " bytes): truncated or not a safetensors file");
   const char* header_begin = reinterpret_cast<const char*>(file_->data()) + 8;
   json header;
   try {
@@ -58,23 +62,29 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
     }
     const std::string ctx = where + ": tensor " + it.key();
     const json& t = *it;
-    if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("data_offsets"))
+    if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") ||
+        !t.contains("data_offsets"))
       throw Error(ctx + ": malformed entry (needs dtype, shape, data_offsets)");
     TensorInfo info;
     info.name = it.key();
     info.file = where;
     const std::string dt = t["dtype"].is_string() ? t["dtype"].get<std::string>() : "?";
-    if (dt == "F32") info.dtype = DType::F32;
-    else if (dt == "BF16") info.dtype = DType::BF16;
-    else if (dt == "F16") info.dtype = DType::F16;
-    else throw Error(ctx + ": unsupported dtype " + dt + " (supported: F32, BF16, F16)");
+    if (dt == "F32")
+      info.dtype = DType::F32;
+    else if (dt == "BF16")
+      info.dtype = DType::BF16;
+    else if (dt == "F16")
+      info.dtype = DType::F16;
+    else
+      throw Error(ctx + ": unsupported dtype " + dt + " (supported: F32, BF16, F16)");
     if (!t["shape"].is_array()) throw Error(ctx + ": shape is not a list");
     for (const auto& d : t["shape"]) {
       if (!d.is_number_integer() || d.get<std::int64_t>() < 0) throw Error(ctx + ": invalid shape");
       info.shape.push_back(d.get<std::int64_t>());
     }
     const json& off = t["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned())
       throw Error(ctx + ": data_offsets must be two non-negative integers");
     const std::uint64_t b = off[0].get<std::uint64_t>(), e = off[1].get<std::uint64_t>();
     if (b > e || e > data_size)
@@ -128,7 +138,8 @@ TensorStore::TensorStore(const std::filesystem::path& dir) : dir_(dir) {
     std::sort(paths.begin(), paths.end());
   }
   if (paths.empty())
-    throw Error(dir.string() + ": no model.safetensors, model.safetensors.index.json or *.safetensors");
+    throw Error(dir.string() +
+                ": no model.safetensors, model.safetensors.index.json or *.safetensors");
   for (const auto& p : paths) {
     files_.push_back(std::make_unique<SafetensorsFile>(p));
     for (const auto& [name, info] : files_.back()->tensors()) {
@@ -160,7 +171,8 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   std::uint64_t offset = 0;
   for (const auto* t : sorted) {
     const char* dt = t->dtype == DType::F32 ? "F32" : t->dtype == DType::BF16 ? "BF16" : "F16";
-    header[t->name] = {{"dtype", dt}, {"shape", t->shape}, {"data_offsets", {offset, offset + nbytes_of(*t)}}};
+    header[t->name] = {
+        {"dtype", dt}, {"shape", t->shape}, {"data_offsets", {offset, offset + nbytes_of(*t)}}};
     offset += nbytes_of(*t);
   }
   std::string h = header.dump();
@@ -174,7 +186,8 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   for (const auto* t : sorted) {
     buffer.assign(nbytes_of(*t), 0);
     if (t->fill) t->fill(buffer.data(), buffer.size());
-    out.write(reinterpret_cast<const char*>(buffer.data()), static_cast<std::streamsize>(buffer.size()));
+    out.write(reinterpret_cast<const char*>(buffer.data()),
+              static_cast<std::streamsize>(buffer.size()));
   }
   if (!out) throw Error(path.string() + ": write failed");
 }

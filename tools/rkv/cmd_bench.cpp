@@ -53,13 +53,14 @@ void run(const Args& a) {
     if (b != "max") parse_int_list(b, "--batch");
   const std::size_t cap = a.kv_memory.empty() ? 0 : parse_byte_size(a.kv_memory);
   for (const auto& b : batch_specs)
-    if (b == "max" && cap == 0) throw Error("--batch max needs a memory cap: give --kv-memory (e.g. 2GiB)");
+    if (b == "max" && cap == 0)
+      throw Error("--batch max needs a memory cap: give --kv-memory (e.g. 2GiB)");
 
   auto model = Model::load(a.model);
   const ModelConfig& c = model->config();
   ThreadPool pool(a.threads);
-  std::fprintf(stderr, "bench: %s (%s, %d layers), %d threads, kernels %s, KV cap %s\n", a.model.c_str(),
-               c.architecture_name.c_str(), c.num_layers, a.threads,
+  std::fprintf(stderr, "bench: %s (%s, %d layers), %d threads, kernels %s, KV cap %s\n",
+               a.model.c_str(), c.architecture_name.c_str(), c.num_layers, a.threads,
                std::string(kernels::isa_name(kernels::active_isa())).c_str(),
                cap ? format_bytes(static_cast<double>(cap)).c_str() : "none");
 
@@ -82,7 +83,8 @@ void run(const Args& a) {
 
   nlohmann::json rows = nlohmann::json::array();
   std::string table =
-      "| gen len | method | budget | KV bytes / seq | KV saving | batch | throughput (tok/s) | tokens | decode (s) |\n"
+      "| gen len | method | budget | KV bytes / seq | KV saving | batch | throughput (tok/s) | "
+      "tokens | decode (s) |\n"
       "|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
   std::fprintf(stderr, "%s", table.c_str());
   BatchEngineOptions engine_options;
@@ -91,18 +93,23 @@ void run(const Args& a) {
     BatchEngine sizing(*model, pool, engine_options);
     const std::size_t full_bytes = sizing.slot_bytes(make_request("fullkv", 0, gen_len));
     for (const auto& method : methods) {
-      std::vector<eval::BudgetSpec> method_budgets = method == "fullkv" ? std::vector<eval::BudgetSpec>{eval::BudgetSpec{0, 0.0, "-"}} : budgets;
+      std::vector<eval::BudgetSpec> method_budgets =
+          method == "fullkv" ? std::vector<eval::BudgetSpec>{eval::BudgetSpec{0, 0.0, "-"}}
+                             : budgets;
       for (const auto& b : method_budgets) {
-        const int budget = b.ratio > 0 ? std::max(1, static_cast<int>(b.ratio * gen_len + 0.5)) : b.tokens;
+        const int budget =
+            b.ratio > 0 ? std::max(1, static_cast<int>(b.ratio * gen_len + 0.5)) : b.tokens;
         const BatchRequest request = make_request(method, budget, gen_len);
         const std::size_t slot = sizing.slot_bytes(request);
         if (cap > 0 && slot > cap) {
-          std::fprintf(stderr, "bench: %s budget %s: one sequence needs %s, more than the cap; skipped\n", method.c_str(),
-                       b.label.c_str(), format_bytes(static_cast<double>(slot)).c_str());
+          std::fprintf(
+              stderr, "bench: %s budget %s: one sequence needs %s, more than the cap; skipped\n",
+              method.c_str(), b.label.c_str(), format_bytes(static_cast<double>(slot)).c_str());
           continue;
         }
         for (const auto& spec : batch_specs) {
-          const int batch = spec == "max" ? sizing.max_concurrent(request) : parse_int_list(spec, "--batch")[0];
+          const int batch =
+              spec == "max" ? sizing.max_concurrent(request) : parse_int_list(spec, "--batch")[0];
           if (batch <= 0) continue;
           BatchEngine engine(*model, pool, engine_options);
           std::int64_t produced = 0;
@@ -122,36 +129,43 @@ void run(const Args& a) {
             if (now - last_report > 10.0) {
               last_report = now;
               const double rate = produced / (now - t0);
-              std::fprintf(stderr, "bench: %s %s batch %d: %lld/%lld tokens, %.1f tok/s, ETA %.0f s\n", method.c_str(),
-                           b.label.c_str(), batch, static_cast<long long>(produced), static_cast<long long>(total), rate,
-                           rate > 0 ? (total - produced) / rate : 0.0);
+              std::fprintf(
+                  stderr, "bench: %s %s batch %d: %lld/%lld tokens, %.1f tok/s, ETA %.0f s\n",
+                  method.c_str(), b.label.c_str(), batch, static_cast<long long>(produced),
+                  static_cast<long long>(total), rate, rate > 0 ? (total - produced) / rate : 0.0);
             }
           }
           const double wall = now_seconds() - t0;
           double decode = 0.0;
           for (const auto& r : engine.take_results()) decode = std::max(decode, r.decode_seconds);
-          const double saving = 100.0 * (1.0 - static_cast<double>(slot) / static_cast<double>(full_bytes));
+          const double saving =
+              100.0 * (1.0 - static_cast<double>(slot) / static_cast<double>(full_bytes));
           const double throughput = produced / wall;
           char line[512];
-          std::snprintf(line, sizeof(line), "| %d | %s | %s | %s | %.1f%% | %d | %.2f | %lld | %.1f |\n", gen_len,
-                        method.c_str(), method == "fullkv" ? "-" : (std::to_string(budget) + (b.ratio > 0 ? " (" + b.label + ")" : "")).c_str(),
-                        format_bytes(static_cast<double>(slot)).c_str(), saving, batch, throughput,
-                        static_cast<long long>(produced), decode);
+          std::snprintf(
+              line, sizeof(line), "| %d | %s | %s | %s | %.1f%% | %d | %.2f | %lld | %.1f |\n",
+              gen_len, method.c_str(),
+              method == "fullkv"
+                  ? "-"
+                  : (std::to_string(budget) + (b.ratio > 0 ? " (" + b.label + ")" : "")).c_str(),
+              format_bytes(static_cast<double>(slot)).c_str(), saving, batch, throughput,
+              static_cast<long long>(produced), decode);
           table += line;
           std::printf("%s", line);
           std::fflush(stdout);
-          rows.push_back({{"gen_len", gen_len},
-                          {"prompt_len", a.prompt_len},
-                          {"method", method},
-                          {"budget", method == "fullkv" ? nlohmann::json(nullptr) : nlohmann::json(budget)},
-                          {"budget_label", b.label},
-                          {"batch", batch},
-                          {"kv_bytes_per_sequence", slot},
-                          {"memory_saving_pct", saving},
-                          {"throughput_tok_s", throughput},
-                          {"tokens", produced},
-                          {"decode_s", decode},
-                          {"wall_s", wall}});
+          rows.push_back(
+              {{"gen_len", gen_len},
+               {"prompt_len", a.prompt_len},
+               {"method", method},
+               {"budget", method == "fullkv" ? nlohmann::json(nullptr) : nlohmann::json(budget)},
+               {"budget_label", b.label},
+               {"batch", batch},
+               {"kv_bytes_per_sequence", slot},
+               {"memory_saving_pct", saving},
+               {"throughput_tok_s", throughput},
+               {"tokens", produced},
+               {"decode_s", decode},
+               {"wall_s", wall}});
         }
       }
     }
@@ -162,7 +176,8 @@ void run(const Args& a) {
   if (!a.latency_plot.empty()) {
     const int gen_len = gen_lens.back();
     for (const auto& method : methods) {
-      const int budget = budgets[0].ratio > 0 ? static_cast<int>(budgets[0].ratio * gen_len + 0.5) : budgets[0].tokens;
+      const int budget = budgets[0].ratio > 0 ? static_cast<int>(budgets[0].ratio * gen_len + 0.5)
+                                              : budgets[0].tokens;
       BatchRequest r = make_request(method, budget, gen_len);
       const int bucket = std::max(1, gen_len / 128);
       PlotSeries s;
@@ -178,21 +193,24 @@ void run(const Args& a) {
           count = 0;
         }
       };
-      std::fprintf(stderr, "bench: latency of one %s sequence over %d tokens...\n", method.c_str(), gen_len);
+      std::fprintf(stderr, "bench: latency of one %s sequence over %d tokens...\n", method.c_str(),
+                   gen_len);
       BatchEngine engine(*model, pool, {});
       engine.submit(std::move(r));
       engine.run();
       series.push_back(std::move(s));
     }
-    write_line_plot(a.latency_plot, series,
-                    {"Decode latency per token (one sequence, " + std::to_string(a.threads) + " threads)",
-                     "position (tokens)", "ms per token", true, false});
+    write_line_plot(
+        a.latency_plot, series,
+        {"Decode latency per token (one sequence, " + std::to_string(a.threads) + " threads)",
+         "position (tokens)", "ms per token", true, false});
     std::fprintf(stderr, "bench: wrote %s\n", a.latency_plot.c_str());
   }
   if (!a.markdown_out.empty()) std::ofstream(a.markdown_out) << table;
   if (!a.json_out.empty()) {
     nlohmann::json latency = nlohmann::json::array();
-    for (const auto& s : series) latency.push_back({{"name", s.name}, {"position", s.x}, {"ms_per_token", s.y}});
+    for (const auto& s : series)
+      latency.push_back({{"name", s.name}, {"position", s.x}, {"ms_per_token", s.y}});
     nlohmann::json out = {{"model", a.model},
                           {"threads", a.threads},
                           {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
@@ -205,25 +223,34 @@ void run(const Args& a) {
 
 void setup(CLI::App& app) {
   auto a = std::make_shared<Args>();
-  add_flag_option(app, "-m,--model", a->model, "Model directory (e.g. written by rkv make-model)")->required();
+  add_flag_option(app, "-m,--model", a->model, "Model directory (e.g. written by rkv make-model)")
+      ->required();
   add_flag_option(app, "--prompt-len", a->prompt_len, "Prompt tokens per request (random ids)");
-  add_flag_option(app, "--gen-lens", a->gen_lens, "Generated tokens per request (eos ignored), comma-separated");
+  add_flag_option(app, "--gen-lens", a->gen_lens,
+                  "Generated tokens per request (eos ignored), comma-separated");
   add_flag_option(app, "--methods", a->methods, "Compression methods to compare, comma-separated");
   add_flag_option(app, "--budgets", a->budgets,
-                  "Budgets for the compressed methods: token counts or percentages of the generated length (10%)");
-  add_flag_option(app, "--batch", a->batches, "Batch sizes, comma-separated; `max` = as many as the KV cap allows");
-  add_flag_option(app, "--kv-memory", a->kv_memory, "KV memory cap for the whole batch, e.g. 2GiB (needed by --batch max)");
-  add_flag_option(app, "--json", a->json_out, "Write the rows (and the latency series) to this JSON file");
+                  "Budgets for the compressed methods: token counts or percentages of the "
+                  "generated length (10%)");
+  add_flag_option(app, "--batch", a->batches,
+                  "Batch sizes, comma-separated; `max` = as many as the KV cap allows");
+  add_flag_option(app, "--kv-memory", a->kv_memory,
+                  "KV memory cap for the whole batch, e.g. 2GiB (needed by --batch max)");
+  add_flag_option(app, "--json", a->json_out,
+                  "Write the rows (and the latency series) to this JSON file");
   add_flag_option(app, "--markdown", a->markdown_out, "Write the table to this Markdown file");
-  add_flag_option(app, "--latency-plot", a->latency_plot,
-                  "Write the per-token decode latency of one sequence per method, against position, as SVG");
+  add_flag_option(
+      app, "--latency-plot", a->latency_plot,
+      "Write the per-token decode latency of one sequence per method, against position, as SVG");
   add_threads_option(app, a->threads);
   add_kv_options(app, a->kv);
   app.callback([a] { run(*a); });
 }
 
-const RegisterCommand reg("bench", "Throughput and memory of compressed against full KV caches under a memory cap (R-KV Table 1)",
-                          setup);
+const RegisterCommand reg(
+    "bench",
+    "Throughput and memory of compressed against full KV caches under a memory cap (R-KV Table 1)",
+    setup);
 
 }  // namespace
 }  // namespace rkv::cli

@@ -7,12 +7,12 @@
 
 #include "command.h"
 #include "common.h"
-#include "kv_options.h"
 #include "core/error.h"
 #include "engine/generator.h"
 #include "engine/kv_compressor.h"
 #include "engine/sampler.h"
 #include "kernels/kernels.h"
+#include "kv_options.h"
 #include "model/model.h"
 
 namespace rkv::cli {
@@ -35,12 +35,18 @@ double now_seconds() {
 
 void setup(CLI::App& app) {
   auto args = std::make_shared<Args>();
-  add_flag_option(app, "-m,--model", args->model, "Model directory (e.g. one written by rkv make-model)")->required();
-  add_flag_option(app, "-d,--depths", args->depths, "Context depths at which to measure decode, comma-separated");
-  add_flag_option(app, "-p,--n-prompt", args->n_prompt, "Prompt tokens for the prompt-processing test (0: skip)")
+  add_flag_option(app, "-m,--model", args->model,
+                  "Model directory (e.g. one written by rkv make-model)")
+      ->required();
+  add_flag_option(app, "-d,--depths", args->depths,
+                  "Context depths at which to measure decode, comma-separated");
+  add_flag_option(app, "-p,--n-prompt", args->n_prompt,
+                  "Prompt tokens for the prompt-processing test (0: skip)")
       ->check(CLI::NonNegativeNumber);
-  add_flag_option(app, "-n,--n-gen", args->n_gen, "Tokens decoded at each depth")->check(CLI::PositiveNumber);
-  add_flag_option(app, "-r,--repetitions", args->repetitions, "Repetitions of each test (the best is reported)")
+  add_flag_option(app, "-n,--n-gen", args->n_gen, "Tokens decoded at each depth")
+      ->check(CLI::PositiveNumber);
+  add_flag_option(app, "-r,--repetitions", args->repetitions,
+                  "Repetitions of each test (the best is reported)")
       ->check(CLI::PositiveNumber);
   add_flag_option(app, "--json", args->json_out, "Also write the results to this JSON file");
   add_threads_option(app, args->threads);
@@ -61,15 +67,19 @@ void setup(CLI::App& app) {
       return t;
     };
     std::fprintf(stderr, "bench-decode: %s (%s, %d layers, hidden %d), %d threads, kernels: %s\n",
-                 args->model.c_str(), c.architecture_name.c_str(), c.num_layers, c.hidden_size, args->threads,
-                 std::string(kernels::isa_name(kernels::active_isa())).c_str());
+                 args->model.c_str(), c.architecture_name.c_str(), c.num_layers, c.hidden_size,
+                 args->threads, std::string(kernels::isa_name(kernels::active_isa())).c_str());
     nlohmann::json results = nlohmann::json::array();
     std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
     std::printf("| test | depth | tokens | seconds | tokens/s |\n|---|---:|---:|---:|---:|\n");
     auto report = [&](const std::string& test, int depth, int tokens, double seconds) {
-      std::printf("| %s | %d | %d | %.3f | %.2f |\n", test.c_str(), depth, tokens, seconds, tokens / seconds);
+      std::printf("| %s | %d | %d | %.3f | %.2f |\n", test.c_str(), depth, tokens, seconds,
+                  tokens / seconds);
       std::fflush(stdout);
-      results.push_back({{"test", test}, {"depth", depth}, {"tokens", tokens}, {"seconds", seconds},
+      results.push_back({{"test", test},
+                         {"depth", depth},
+                         {"tokens", tokens},
+                         {"seconds", seconds},
                          {"tokens_per_second", tokens / seconds}});
     };
     if (args->n_prompt > 0) {
@@ -89,7 +99,8 @@ void setup(CLI::App& app) {
       int entries = 0;
       for (int rep = 0; rep < args->repetitions; ++rep) {
         SequenceCompressor compressor(kv_params, {});
-        KvCache cache(model->cache_shape(compressor.cache_capacity(depth, args->n_gen), compressor.window()));
+        KvCache cache(
+            model->cache_shape(compressor.cache_capacity(depth, args->n_gen), compressor.window()));
         compressor.init_cache(cache);
         CompressionObserver observer(&pool);
         observer.attach(&cache, &compressor);
@@ -117,9 +128,12 @@ void setup(CLI::App& app) {
       }
       report("tg" + std::to_string(args->n_gen), depth, args->n_gen, best);
       if (kv_params.method != Method::fullkv) {
-        std::printf("|   %s: %lld layer compressions, %.3f s (%.1f%% of decode), %d entries per head at the end |\n",
-                    std::string(method_name(kv_params.method)).c_str(), static_cast<long long>(compressions),
-                    best_compress, 100.0 * best_compress / best, entries);
+        std::printf(
+            "|   %s: %lld layer compressions, %.3f s (%.1f%% of decode), %d entries per head at "
+            "the end |\n",
+            std::string(method_name(kv_params.method)).c_str(),
+            static_cast<long long>(compressions), best_compress, 100.0 * best_compress / best,
+            entries);
         results.back()["compression_seconds"] = best_compress;
         results.back()["compressions"] = compressions;
         results.back()["compression_share"] = best_compress / best;
@@ -136,9 +150,9 @@ void setup(CLI::App& app) {
   });
 }
 
-const RegisterCommand reg("bench-decode",
-                          "Measure prompt processing (pp) and decode (tg) tokens/s at several context depths",
-                          setup);
+const RegisterCommand reg(
+    "bench-decode",
+    "Measure prompt processing (pp) and decode (tg) tokens/s at several context depths", setup);
 
 }  // namespace
 }  // namespace rkv::cli

@@ -7,9 +7,9 @@
 #include "engine/batch_engine.h"
 #include "eval/runner.h"
 #include "kv_options.h"
-#include "steering_options.h"
 #include "model/model.h"
 #include "rkv/tokenizer.h"
+#include "steering_options.h"
 
 namespace rkv::cli {
 namespace {
@@ -65,52 +65,76 @@ void run(const Args& a) {
   const Tokenizer tokenizer = Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer);
   o.steering = a.steering->load(*model);
   ThreadPool pool(a.threads);
-  std::fprintf(stderr, "[eval] %s: %zu problems x %d samples, methods %s, budgets %s, up to %d new tokens\n",
-               dataset.name.c_str(), dataset.examples.size(), a.samples, a.methods.c_str(),
-               a.budgets.empty() ? "-" : a.budgets.c_str(), a.max_new > 0 ? a.max_new : dataset.max_length);
+  std::fprintf(
+      stderr, "[eval] %s: %zu problems x %d samples, methods %s, budgets %s, up to %d new tokens\n",
+      dataset.name.c_str(), dataset.examples.size(), a.samples, a.methods.c_str(),
+      a.budgets.empty() ? "-" : a.budgets.c_str(), a.max_new > 0 ? a.max_new : dataset.max_length);
   const auto summary = eval::run_eval(*model, tokenizer, dataset, o, pool);
-  std::printf("| method | budget | pass@1 | relative to fullkv | mean generated tokens | samples |\n|---|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "| method | budget | pass@1 | relative to fullkv | mean generated tokens | samples "
+      "|\n|---|---:|---:|---:|---:|---:|\n");
   for (const auto& r : summary.results)
     std::printf("| %s | %s | %.3f | %.3f | %.1f | %zu |\n", r.method.c_str(),
-                r.method == "fullkv" ? "-" : std::to_string(r.budget).c_str(), r.pass_at_1, r.relative_to_fullkv,
-                r.mean_generated_tokens, r.samples);
-  std::fprintf(stderr, "[eval] %zu samples generated now, %zu resumed; wrote %s/{samples.jsonl,summary.json,summary.md,accuracy.svg}\n",
+                r.method == "fullkv" ? "-" : std::to_string(r.budget).c_str(), r.pass_at_1,
+                r.relative_to_fullkv, r.mean_generated_tokens, r.samples);
+  std::fprintf(stderr,
+               "[eval] %zu samples generated now, %zu resumed; wrote "
+               "%s/{samples.jsonl,summary.json,summary.md,accuracy.svg}\n",
                summary.generated_now, summary.resumed, a.out.c_str());
 }
 
 void setup(CLI::App& app) {
   auto a = std::make_shared<Args>();
   add_flag_option(app, "-m,--model", a->model, "Model directory")->required();
-  add_flag_option(app, "--tokenizer", a->tokenizer, "Tokenizer directory (default: the model directory)");
-  add_flag_option(app, "--dataset", a->dataset, "Dataset jsonl file (e.g. ../shared/data/math500.jsonl)")->required();
+  add_flag_option(app, "--tokenizer", a->tokenizer,
+                  "Tokenizer directory (default: the model directory)");
+  add_flag_option(app, "--dataset", a->dataset,
+                  "Dataset jsonl file (e.g. ../shared/data/math500.jsonl)")
+      ->required();
   add_flag_option(app, "--preset", a->preset,
-                  "Dataset preset: math500, aime24 or gsm8k (fields, answer style, default length); default: from the file name or the fields");
-  add_flag_option(app, "--question-field", a->question_field, "Field holding the question (overrides the preset)");
-  add_flag_option(app, "--answer-field", a->answer_field, "Field holding the gold answer (overrides the preset)");
+                  "Dataset preset: math500, aime24 or gsm8k (fields, answer style, default "
+                  "length); default: from the file name or the fields");
+  add_flag_option(app, "--question-field", a->question_field,
+                  "Field holding the question (overrides the preset)");
+  add_flag_option(app, "--answer-field", a->answer_field,
+                  "Field holding the gold answer (overrides the preset)");
   add_flag_option(app, "--limit", a->limit, "Use only the first N problems (0: all)");
-  add_flag_option(app, "--samples", a->samples, "Samples per problem (pass@1 is averaged over them)")->check(CLI::PositiveNumber);
-  add_flag_option(app, "-s,--seed", a->seed, "Base seed; every (problem, sample) gets its own, shared by all methods");
-  add_flag_option(app, "--methods", a->methods, "Compression methods, comma-separated (fullkv,rkv,snapkv,...)");
+  add_flag_option(app, "--samples", a->samples,
+                  "Samples per problem (pass@1 is averaged over them)")
+      ->check(CLI::PositiveNumber);
+  add_flag_option(app, "-s,--seed", a->seed,
+                  "Base seed; every (problem, sample) gets its own, shared by all methods");
+  add_flag_option(app, "--methods", a->methods,
+                  "Compression methods, comma-separated (fullkv,rkv,snapkv,...)");
   add_flag_option(app, "--budgets", a->budgets,
-                  "Budgets for the compressed methods: tokens (256,512) or shares of the mean fullkv length (10%)");
+                  "Budgets for the compressed methods: tokens (256,512) or shares of the mean "
+                  "fullkv length (10%)");
   add_flag_option(app, "--temp,--temperature", a->temperature, "Sampling temperature (0: greedy)");
   add_flag_option(app, "--top-p", a->top_p, "Nucleus sampling mass");
   add_flag_option(app, "--top-k", a->top_k, "Top-k sampling (0: off)");
-  add_flag_option(app, "-n,--max-new-tokens", a->max_new,
-                  "Maximum generated tokens (0: the dataset's default: MATH-500 8192, AIME 16384, GSM8K 8192)");
-  add_flag_option(app, "--chat-template", a->chat_template, "Chat template name (default: detected)");
+  add_flag_option(
+      app, "-n,--max-new-tokens", a->max_new,
+      "Maximum generated tokens (0: the dataset's default: MATH-500 8192, AIME 16384, GSM8K 8192)");
+  add_flag_option(app, "--chat-template", a->chat_template,
+                  "Chat template name (default: detected)");
   add_flag_option(app, "--prompt-template", a->prompt_template,
-                  "File with the prompt text, {question} marks the problem (default: the R-KV evaluation prompt)");
-  add_flag_option(app, "--kv-memory", a->kv_memory, "KV memory cap for all running sequences, e.g. 4GiB (default: none)");
-  add_flag_option(app, "--max-batch", a->max_batch, "Most sequences running at once (0: as many as the cap allows)");
-  add_flag_option(app, "-o,--out", a->out, "Output directory (resumes when it already holds samples.jsonl)")->required();
+                  "File with the prompt text, {question} marks the problem (default: the R-KV "
+                  "evaluation prompt)");
+  add_flag_option(app, "--kv-memory", a->kv_memory,
+                  "KV memory cap for all running sequences, e.g. 4GiB (default: none)");
+  add_flag_option(app, "--max-batch", a->max_batch,
+                  "Most sequences running at once (0: as many as the cap allows)");
+  add_flag_option(app, "-o,--out", a->out,
+                  "Output directory (resumes when it already holds samples.jsonl)")
+      ->required();
   add_threads_option(app, a->threads);
   add_kv_options(app, a->kv);
   add_steering_options(app, a->steering);
   app.callback([a] { run(*a); });
 }
 
-const RegisterCommand reg("eval", "Accuracy (pass@1) against KV budget on a math reasoning dataset, resumable", setup);
+const RegisterCommand reg(
+    "eval", "Accuracy (pass@1) against KV budget on a math reasoning dataset, resumable", setup);
 
 }  // namespace
 }  // namespace rkv::cli

@@ -7,8 +7,6 @@
 
 #include "command.h"
 #include "common.h"
-#include "kv_options.h"
-#include "steering_options.h"
 #include "core/error.h"
 #include "engine/case_dump.h"
 #include "engine/compression_trace.h"
@@ -17,9 +15,11 @@
 #include "engine/steering.h"
 #include "engine/stop_matcher.h"
 #include "kernels/kernels.h"
+#include "kv_options.h"
 #include "model/model.h"
 #include "rkv/chat_template.h"
 #include "rkv/tokenizer.h"
+#include "steering_options.h"
 
 namespace rkv::cli {
 namespace {
@@ -78,7 +78,8 @@ void run(const Args& a) {
       tokenizer =
           std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
   } else {
-    tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
+    tokenizer =
+        std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
     std::string text = a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file);
     if (a.chat) {
       const ChatTemplate chat_template = resolve_chat_template(*tokenizer, a.chat_template);
@@ -103,19 +104,24 @@ void run(const Args& a) {
   options.eos_ids = c.eos_token_ids;
   if (tokenizer)
     for (int id : tokenizer->eos_ids())
-      if (std::find(options.eos_ids.begin(), options.eos_ids.end(), id) == options.eos_ids.end()) options.eos_ids.push_back(id);
+      if (std::find(options.eos_ids.begin(), options.eos_ids.end(), id) == options.eos_ids.end())
+        options.eos_ids.push_back(id);
 
   options.compression = kv_params;
   if (tokenizer) options.compression_vocab = compression_vocab(*tokenizer);
-  if (options.compression.trigger == Trigger::newline && options.compression_vocab.newline_ids.empty())
-    throw Error("--kv-trigger newline needs the tokenizer's line-break tokens, and none were found");
+  if (options.compression.trigger == Trigger::newline &&
+      options.compression_vocab.newline_ids.empty())
+    throw Error(
+        "--kv-trigger newline needs the tokenizer's line-break tokens, and none were found");
   if (options.compression.think_only && options.compression_vocab.think_end_id < 0)
     throw Error("--kv-think-only needs a </think> token, and the tokenizer has none");
   options.steering = a.steering->load(*model);
   std::unique_ptr<CompressionTrace> trace;
   std::unique_ptr<CaseDumper> dumper;
   if (!a.trace.empty()) trace = std::make_unique<CompressionTrace>(a.trace);
-  if (!a.dump_case.empty()) dumper = std::make_unique<CaseDumper>(a.dump_case, options.compression.method, a.dump_case_limit);
+  if (!a.dump_case.empty())
+    dumper =
+        std::make_unique<CaseDumper>(a.dump_case, options.compression.method, a.dump_case_limit);
   if (trace || dumper) {
     options.on_compression = [&trace, &dumper](const CompressionEvent& e) {
       if (trace) trace->record(e);
@@ -152,58 +158,77 @@ void run(const Args& a) {
   }
   std::fflush(stdout);
   std::fprintf(stderr,
-               "[rkv] prompt tokens: %d, generated tokens: %d, prefill: %.2f tokens/s, decode: %.2f tokens/s, "
-               "stop: %s, KV cache: %zu bytes (%s; %d entries per head, %s, %lld compressions), seed: %llu\n",
+               "[rkv] prompt tokens: %d, generated tokens: %d, prefill: %.2f tokens/s, decode: "
+               "%.2f tokens/s, "
+               "stop: %s, KV cache: %zu bytes (%s; %d entries per head, %s, %lld compressions), "
+               "seed: %llu\n",
                stats.prompt_tokens, stats.generated_tokens, stats.prefill_tokens_per_second(),
-               stats.decode_tokens_per_second(), stats.stop_reason.c_str(), stats.kv_bytes_allocated,
-               format_bytes(static_cast<double>(stats.kv_bytes_allocated)).c_str(), stats.cache_capacity,
-               std::string(method_name(options.compression.method)).c_str(),
-               static_cast<long long>(stats.compressions), static_cast<unsigned long long>(options.sampling.seed));
+               stats.decode_tokens_per_second(), stats.stop_reason.c_str(),
+               stats.kv_bytes_allocated,
+               format_bytes(static_cast<double>(stats.kv_bytes_allocated)).c_str(),
+               stats.cache_capacity, std::string(method_name(options.compression.method)).c_str(),
+               static_cast<long long>(stats.compressions),
+               static_cast<unsigned long long>(options.sampling.seed));
 }
 
 void setup(CLI::App& app) {
   auto a = std::make_shared<Args>();
-  add_flag_option(app, "-m,--model", a->model, "Model directory: config.json, *.safetensors and tokenizer files")
+  add_flag_option(app, "-m,--model", a->model,
+                  "Model directory: config.json, *.safetensors and tokenizer files")
       ->required();
-  add_flag_option(app, "--tokenizer", a->tokenizer, "Tokenizer directory (default: the model directory)");
+  add_flag_option(app, "--tokenizer", a->tokenizer,
+                  "Tokenizer directory (default: the model directory)");
   add_flag_option(app, "-p,--prompt", a->prompt, "Prompt text");
   add_flag_option(app, "-f,--file", a->prompt_file, "Read the prompt text from this file");
-  add_flag_option(app, "--prompt-ids", a->prompt_ids, "Start from these comma-separated token ids instead of text");
+  add_flag_option(app, "--prompt-ids", a->prompt_ids,
+                  "Start from these comma-separated token ids instead of text");
   app.add_flag("--chat", a->chat, "Wrap the prompt as a user turn in the model's chat template")
       ->envname("RKV_ARG_CHAT");
-  add_flag_option(app, "--chat-template", a->chat_template,
-                  "Override the chat template: deepseek-r1, chatml, qwen3, qwen3-nothink, llama3 or raw "
-                  "(default: detected from tokenizer_config.json)");
+  add_flag_option(
+      app, "--chat-template", a->chat_template,
+      "Override the chat template: deepseek-r1, chatml, qwen3, qwen3-nothink, llama3 or raw "
+      "(default: detected from tokenizer_config.json)");
   add_flag_option(app, "--system", a->system, "System message for --chat");
-  add_flag_option(app, "-n,--predict,--max-new-tokens", a->n_predict, "Maximum number of tokens to generate")
+  add_flag_option(app, "-n,--predict,--max-new-tokens", a->n_predict,
+                  "Maximum number of tokens to generate")
       ->check(CLI::NonNegativeNumber);
   add_flag_option(app, "--temp,--temperature", a->temperature, "Sampling temperature; 0 is greedy");
   add_flag_option(app, "--top-k", a->top_k, "Keep only the k most likely tokens (0: off)");
-  add_flag_option(app, "--top-p", a->top_p, "Nucleus sampling: keep the smallest set with this mass (1: off)");
-  add_flag_option(app, "--min-p", a->min_p, "Drop tokens below min-p times the best token's probability (0: off)");
-  add_flag_option(app, "-s,--seed", a->seed, "Random seed; the same seed gives the same output (-1: random)");
-  app.add_option("--stop", a->stops, "Stop when the output contains this text (repeatable); it is not printed");
+  add_flag_option(app, "--top-p", a->top_p,
+                  "Nucleus sampling: keep the smallest set with this mass (1: off)");
+  add_flag_option(app, "--min-p", a->min_p,
+                  "Drop tokens below min-p times the best token's probability (0: off)");
+  add_flag_option(app, "-s,--seed", a->seed,
+                  "Random seed; the same seed gives the same output (-1: random)");
+  app.add_option("--stop", a->stops,
+                 "Stop when the output contains this text (repeatable); it is not printed");
   app.add_flag("--ignore-eos", a->ignore_eos, "Keep generating after an end-of-sequence token");
-  add_flag_option(app, "-c,--ctx-size", a->ctx_size, "Context size in tokens (0: the model's maximum)")
+  add_flag_option(app, "-c,--ctx-size", a->ctx_size,
+                  "Context size in tokens (0: the model's maximum)")
       ->check(CLI::NonNegativeNumber);
-  app.add_flag("--print-ids", a->print_ids, "Print the generated token ids as a JSON list instead of text");
+  app.add_flag("--print-ids", a->print_ids,
+               "Print the generated token ids as a JSON list instead of text");
   add_threads_option(app, a->threads);
   add_kv_options(app, a->kv);
-  add_flag_option(app, "--dump-case", a->dump_case,
-                  "Save the inputs of real compressions as case files for `rkv policy-run` in this directory "
-                  "(streamingllm, snapkv, rkv)")
+  add_flag_option(
+      app, "--dump-case", a->dump_case,
+      "Save the inputs of real compressions as case files for `rkv policy-run` in this directory "
+      "(streamingllm, snapkv, rkv)")
       ->group("KV compression");
-  add_flag_option(app, "--dump-case-limit", a->dump_case_limit, "Most case files --dump-case writes")
+  add_flag_option(app, "--dump-case-limit", a->dump_case_limit,
+                  "Most case files --dump-case writes")
       ->group("KV compression")
       ->check(CLI::PositiveNumber);
   add_flag_option(app, "--trace", a->trace,
-                  "Write one JSON line per compression and KV head (kept positions, score summaries) to this file")
+                  "Write one JSON line per compression and KV head (kept positions, score "
+                  "summaries) to this file")
       ->group("KV compression");
   add_steering_options(app, a->steering);
   app.callback([a] { run(*a); });
 }
 
-const RegisterCommand reg("generate", "Generate text from a prompt, streaming it as it is produced", setup);
+const RegisterCommand reg("generate", "Generate text from a prompt, streaming it as it is produced",
+                          setup);
 
 }  // namespace
 }  // namespace rkv::cli

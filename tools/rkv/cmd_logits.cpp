@@ -19,15 +19,19 @@ struct Args {
 
 void setup(CLI::App& app) {
   auto args = std::make_shared<Args>();
-  add_flag_option(app, "-m,--model", args->model, "Model directory (config.json + *.safetensors)")->required();
-  add_flag_option(app, "--ids", args->ids, "Comma-separated token ids, run as one forward pass")->required();
-  add_flag_option(app, "--last", args->last, "Print the logits of the last N positions")->check(CLI::PositiveNumber);
+  add_flag_option(app, "-m,--model", args->model, "Model directory (config.json + *.safetensors)")
+      ->required();
+  add_flag_option(app, "--ids", args->ids, "Comma-separated token ids, run as one forward pass")
+      ->required();
+  add_flag_option(app, "--last", args->last, "Print the logits of the last N positions")
+      ->check(CLI::PositiveNumber);
   add_threads_option(app, args->threads);
   app.callback([args] {
     const std::vector<int> ids = parse_int_list(args->ids, "--ids");
     if (ids.empty()) throw Error("--ids: give at least one token id");
     if (args->last > static_cast<int>(ids.size()))
-      throw Error("--last " + std::to_string(args->last) + " is more than the " + std::to_string(ids.size()) + " ids given");
+      throw Error("--last " + std::to_string(args->last) + " is more than the " +
+                  std::to_string(ids.size()) + " ids given");
     auto model = Model::load(args->model);
     const int V = model->config().vocab_size;
     if (static_cast<int>(ids.size()) > model->config().max_position_embeddings)
@@ -36,7 +40,8 @@ void setup(CLI::App& app) {
     KvCache cache(model->cache_shape(static_cast<int>(ids.size()), 0));
     std::vector<ForwardRow> rows;
     for (std::size_t i = 0; i < ids.size(); ++i)
-      rows.push_back({&cache, ids[i], static_cast<int>(i), i + static_cast<std::size_t>(args->last) >= ids.size()});
+      rows.push_back({&cache, ids[i], static_cast<int>(i),
+                      i + static_cast<std::size_t>(args->last) >= ids.size()});
     ThreadPool pool(args->threads);
     ForwardScratch scratch;
     std::vector<float> logits(static_cast<std::size_t>(args->last) * V);
@@ -50,8 +55,9 @@ void setup(CLI::App& app) {
   });
 }
 
-const RegisterCommand reg("logits", "Print the float32 logits of the last N positions of a token sequence as JSON",
-                          setup);
+const RegisterCommand reg(
+    "logits", "Print the float32 logits of the last N positions of a token sequence as JSON",
+    setup);
 
 }  // namespace
 }  // namespace rkv::cli

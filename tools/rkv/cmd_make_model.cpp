@@ -30,14 +30,16 @@ void setup(CLI::App& app) {
     options.dtype = parse_dtype(args->dtype);
     options.seed = args->seed;
     write_random_checkpoint(args->out, options, stderr);
-    std::printf("wrote %s checkpoint (%s, seed %llu) to %s\n", args->shape.c_str(), args->dtype.c_str(),
-                static_cast<unsigned long long>(args->seed), args->out.c_str());
+    std::printf("wrote %s checkpoint (%s, seed %llu) to %s\n", args->shape.c_str(),
+                args->dtype.c_str(), static_cast<unsigned long long>(args->seed),
+                args->out.c_str());
   });
 }
 
-const RegisterCommand reg("make-model",
-                          "Write a random-weight checkpoint of a real model shape (config, safetensors, tokenizer)",
-                          setup);
+const RegisterCommand reg(
+    "make-model",
+    "Write a random-weight checkpoint of a real model shape (config, safetensors, tokenizer)",
+    setup);
 
 }  // namespace
 }  // namespace rkv::cli

@@ -57,7 +57,8 @@ std::string int_list_json(const std::vector<int>& values) {
 
 void add_threads_option(CLI::App& app, int& threads) {
   threads = default_thread_count();
-  add_flag_option(app, "-t,--threads", threads, "Number of CPU threads (default: all hardware threads)")
+  add_flag_option(app, "-t,--threads", threads,
+                  "Number of CPU threads (default: all hardware threads)")
       ->check(CLI::Range(1, 1024));
 }
 

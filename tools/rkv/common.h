@@ -10,11 +10,13 @@ namespace rkv::cli {
 // Adds an option whose value can also come from the environment variable RKV_ARG_<NAME>
 // (the long name upper-cased, dashes as underscores), e.g. --threads and RKV_ARG_THREADS.
 template <typename T>
-CLI::Option* add_flag_option(CLI::App& app, const std::string& names, T& value, const std::string& help) {
+CLI::Option* add_flag_option(CLI::App& app, const std::string& names, T& value,
+                             const std::string& help) {
   CLI::Option* opt = app.add_option(names, value, help)->capture_default_str();
   std::string env = opt->get_name(false, true);  // the long name without dashes
   while (!env.empty() && env.front() == '-') env.erase(env.begin());
-  for (char& ch : env) ch = ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  for (char& ch : env)
+    ch = ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   opt->envname("RKV_ARG_" + env);
   return opt;
 }

@@ -4,7 +4,8 @@ namespace rkv::cli {
 
 CompressionParams KvOptions::params(const std::string& default_method) const {
   auto it = values.find("method");
-  CompressionParams p = CompressionParams::defaults(parse_method(it == values.end() ? default_method : it->second));
+  CompressionParams p =
+      CompressionParams::defaults(parse_method(it == values.end() ? default_method : it->second));
   for (const auto& [name, value] : values)
     if (name != "method") p.set(name, value);
   p.validate();
@@ -15,10 +16,13 @@ void add_kv_options(CLI::App& app, const std::shared_ptr<KvOptions>& options) {
   for (const ParamInfo& info : compression_param_table()) {
     const std::string name(info.name), flag(info.flag);
     std::string env = "RKV_ARG_" + flag.substr(2);
-    for (char& ch : env) ch = ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    for (char& ch : env)
+      ch = ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
     app.add_option_function<std::string>(
            flag, [options, name](const std::string& value) { options->values[name] = value; },
-           std::string(info.help) + (name == "method" ? " (default: fullkv)" : " (default: the method's preset, see `rkv methods`)"))
+           std::string(info.help) + (name == "method"
+                                         ? " (default: fullkv)"
+                                         : " (default: the method's preset, see `rkv methods`)"))
         ->envname(env)
         ->group("KV compression");
   }
