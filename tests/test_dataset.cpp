@@ -14,27 +14,7 @@
 namespace rkv::eval {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = std::filesystem::temp_directory_path() /
-            ("rkv_dataset_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::filesystem::path write(const std::string& name, const std::string& text) const {
-    const auto p = path_ / name;
-    std::ofstream(p, std::ios::binary) << text;
-    return p;
-  }
-
- private:
-  static inline int counter_ = 0;
-  std::filesystem::path path_;
-};
+using rkv::test::TempDir;
 
 std::string error_of(const std::filesystem::path& path, const DatasetOptions& options) {
   try {

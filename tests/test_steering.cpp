@@ -41,21 +41,7 @@ void expect_error(const std::function<void()>& fn, const std::string& needle) {
   }
 }
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("rkv-steering-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using test::TempDir;
 
 std::shared_ptr<SteeringVector> make_vector(int hidden, int layer, int num_layers, unsigned seed) {
   auto v = std::make_shared<SteeringVector>();

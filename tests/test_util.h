@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,34 @@ inline nlohmann::json read_json(const std::filesystem::path& path) {
   if (!in) throw std::runtime_error("cannot open " + path.string());
   return nlohmann::json::parse(in);
 }
+
+// A fresh directory under the system temp dir, removed with everything in it on destruction.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag = "test") {
+    path_ = std::filesystem::temp_directory_path() /
+            ("rkv-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  // Writes `text` to a file of the directory and returns its path.
+  std::filesystem::path write(const std::string& name, const std::string& text) const {
+    const auto p = path_ / name;
+    std::ofstream(p, std::ios::binary) << text;
+    return p;
+  }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path path_;
+};
 
 // The path to the rkv program built alongside the tests.
 inline std::string rkv_binary() {
