@@ -63,7 +63,7 @@ TEST(Dataset, Aime24FromShared) {
 }
 
 TEST(Dataset, PresetsAndMaxLength) {
-  ASSERT_EQ(dataset_presets().size(), 3u);
+  ASSERT_EQ(dataset_presets().size(), 4u);
   EXPECT_EQ(default_max_length("math500"), 8192);
   EXPECT_EQ(default_max_length("aime24"), 16384);
   EXPECT_EQ(default_max_length("gsm8k"), 8192);

@@ -34,6 +34,8 @@ struct DatasetPreset {
   bool answer_after_hashes;         // GSM8K: the gold answer is the text after the last "####"
   AnswerStyle style;
   int max_length;  // default generation budget in tokens (MATH-500 8192, AIME 16384, GSM8K 8192)
+  // The prompt around the question; empty: the R-KV evaluation prompt (kDefaultPromptTemplate).
+  std::string_view prompt_template = {};
 };
 
 // All presets, in a fixed order.
@@ -63,6 +65,7 @@ struct Dataset {
   std::string name;  // the preset name, or the file's stem for explicit fields
   AnswerStyle style = AnswerStyle::kMath;
   int max_length = 8192;
+  std::string prompt_template;  // the preset's prompt; empty: the R-KV evaluation prompt
   std::vector<Example> examples;
 };
 

@@ -44,6 +44,9 @@ const std::vector<DatasetPreset>& dataset_presets() {
       {"math500", "problem", "answer", false, AnswerStyle::kMath, 8192},
       {"aime24", "problem", "answer", false, AnswerStyle::kMath, 16384},
       {"gsm8k", "question", "answer", true, AnswerStyle::kNumber, 8192},
+      // The tiny reasoning model's held-out set (data/chains_test.jsonl, tools/tiny/task.py):
+      // the model was trained on the bare program, so the prompt is the question alone.
+      {"chains", "problem", "answer", false, AnswerStyle::kMath, 1024, "{question}"},
   };
   return presets;
 }
@@ -53,6 +56,7 @@ const DatasetPreset* find_preset(std::string_view name) {
   if (n == "math-500" || n == "math_500") n = "math500";
   if (n == "aime" || n == "aime2024" || n == "aime-2024" || n == "aime_2024") n = "aime24";
   if (n == "gsm-8k") n = "gsm8k";
+  if (n == "chains_test" || n == "tiny") n = "chains";
   for (const DatasetPreset& p : dataset_presets())
     if (p.name == n) return &p;
   return nullptr;
@@ -78,6 +82,7 @@ Dataset load_dataset(const std::filesystem::path& path, const DatasetOptions& op
   data.name = preset != nullptr ? std::string(preset->name) : path.stem().string();
   data.style = preset != nullptr ? preset->style : AnswerStyle::kMath;
   data.max_length = preset != nullptr ? preset->max_length : 8192;
+  if (preset != nullptr) data.prompt_template = std::string(preset->prompt_template);
   const std::string question_field = !options.question_field.empty() ? options.question_field
                                      : preset != nullptr ? std::string(preset->question_field)
                                                          : "problem";

@@ -56,7 +56,10 @@ void run(const Args& a) {
   o.top_k = a.top_k;
   o.max_new_tokens = a.max_new;
   o.chat_template = a.chat_template;
-  if (!a.prompt_template.empty()) o.prompt_template = eval::load_prompt_template(a.prompt_template);
+  if (!a.prompt_template.empty())
+    o.prompt_template = eval::load_prompt_template(a.prompt_template);
+  else if (!dataset.prompt_template.empty())
+    o.prompt_template = dataset.prompt_template;
   o.kv_memory_bytes = a.kv_memory.empty() ? 0 : parse_byte_size(a.kv_memory);
   o.max_batch = a.max_batch;
   o.out_dir = a.out;
@@ -92,8 +95,9 @@ void setup(CLI::App& app) {
                   "Dataset jsonl file (e.g. ../shared/data/math500.jsonl)")
       ->required();
   add_flag_option(app, "--preset", a->preset,
-                  "Dataset preset: math500, aime24 or gsm8k (fields, answer style, default "
-                  "length); default: from the file name or the fields");
+                  "Dataset preset: math500, aime24, gsm8k or chains (the tiny model's task): "
+                  "fields, answer style, default length and prompt; default: none, the fields "
+                  "below and the R-KV prompt");
   add_flag_option(app, "--question-field", a->question_field,
                   "Field holding the question (overrides the preset)");
   add_flag_option(app, "--answer-field", a->answer_field,
@@ -118,8 +122,8 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--chat-template", a->chat_template,
                   "Chat template name (default: detected)");
   add_flag_option(app, "--prompt-template", a->prompt_template,
-                  "File with the prompt text, {question} marks the problem (default: the R-KV "
-                  "evaluation prompt)");
+                  "File with the prompt text, {question} marks the problem (default: the preset's, "
+                  "else the R-KV evaluation prompt)");
   add_flag_option(app, "--kv-memory", a->kv_memory,
                   "KV memory cap for all running sequences, e.g. 4GiB (default: none)");
   add_flag_option(app, "--max-batch", a->max_batch,

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""The tiny model's tokenizer: a byte-level BPE in Hugging Face tokenizer.json form.
+
+The vocabulary is the 256 byte tokens (id = byte value, in the GPT-2 byte-to-unicode spelling),
+then one token per keyword of the task (built by merges), then <|endoftext|>. The pre-tokenizer
+isolates every digit and every punctuation mark, so each variable name, digit and operator is a
+token of its own and only the keywords merge. `encode` here is the same algorithm rkv runs;
+tests compare the two on the held-out set.
+
+`python3 tokenizer.py --out DIR` writes DIR/tokenizer.json and DIR/tokenizer_config.json.
+"""
+import argparse
+import json
+import os
+import re
+
+# Words merged into single tokens, in merge-priority order.
+KEYWORDS = [" answer", "verify", " ok", "ans", "Final", "boxed"]
+EOS = "<|endoftext|>"
+# Letters as words (with an optional leading space), single digits, whitespace, single marks.
+SPLIT_PATTERN = r" ?\p{L}+|\p{N}|\s|[^\s\p{L}\p{N}]"
+_PY_SPLIT = re.compile(r" ?[A-Za-z]+|[0-9]|\s|[^\sA-Za-z0-9]")  # ASCII equivalent of the above
+
+
+def bytes_to_unicode() -> dict:
+    """GPT-2's reversible byte -> printable character table."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+BYTE_CHAR = bytes_to_unicode()
+
+
+def build():
+    """(vocab: token -> id, merges: list of (a, b))."""
+    vocab = {BYTE_CHAR[b]: b for b in range(256)}
+    merges = []
+    for word in KEYWORDS:
+        chars = [BYTE_CHAR[b] for b in word.encode("utf-8")]
+        current = chars[0]
+        for ch in chars[1:]:
+            merged = current + ch
+            if merged not in vocab:
+                merges.append((current, ch))
+                vocab[merged] = len(vocab)
+            current = merged
+    return vocab, merges
+
+
+VOCAB, MERGES = build()
+EOS_ID = len(VOCAB)
+VOCAB_SIZE = EOS_ID + 1
+_RANKS = {pair: i for i, pair in enumerate(MERGES)}
+
+
+def _bpe(chars: list) -> list:
+    parts = list(chars)
+    while len(parts) > 1:
+        best = None
+        for i in range(len(parts) - 1):
+            rank = _RANKS.get((parts[i], parts[i + 1]))
+            if rank is not None and (best is None or rank < best[0]):
+                best = (rank, i)
+        if best is None:
+            break
+        i = best[1]
+        parts[i : i + 2] = [parts[i] + parts[i + 1]]
+    return parts
+
+
+def encode(text: str) -> list:
+    ids = []
+    for piece in _PY_SPLIT.findall(text):
+        chars = [BYTE_CHAR[b] for b in piece.encode("utf-8")]
+        ids.extend(VOCAB[p] for p in _bpe(chars))
+    return ids
+
+
+_ID_TO_TOKEN = {i: t for t, i in VOCAB.items()}
+_CHAR_BYTE = {c: b for b, c in BYTE_CHAR.items()}
+
+
+def decode(ids: list) -> str:
+    out = bytearray()
+    for i in ids:
+        if i == EOS_ID:
+            continue
+        out.extend(_CHAR_BYTE[c] for c in _ID_TO_TOKEN[i])
+    return out.decode("utf-8", errors="replace")
+
+
+def tokenizer_json() -> dict:
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [{"id": EOS_ID, "content": EOS, "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": SPLIT_PATTERN}, "behavior": "Isolated",
+             "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+             "use_regex": False}]},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                    "use_regex": False},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": VOCAB, "merges": [f"{a} {b}" for a, b in MERGES]},
+    }
+
+
+def write(out_dir: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tokenizer_json(), f, ensure_ascii=False, indent=1)
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS, "bos_token": None,
+              "pad_token": EOS, "model_max_length": 2048, "add_bos_token": False,
+              "clean_up_tokenization_spaces": False}
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=1)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="directory to write tokenizer.json into")
+    write(parser.parse_args().out)
