@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
 """The tiny reasoning model's task: programs of digit assignments and their chains of thought.
 
-A problem is a short program over single-letter variables (a-z, A-Z) whose values are digits
-0-9, with arithmetic modulo 10. Four constants come first, then 24-32 computed statements
-`x=y+z`, `x=y-z`, `x=y+k` or `x=y-k`, each operand an earlier variable chosen uniformly (so many
-refer hundreds of tokens back). The question asks for `u+v` or `u-v` where u is computed in the
-first third of the program: the answer needs a value written near the start of the chain.
+A problem is a short program over single-letter variables (a-z, then A-Z, in that order) whose
+values are digits 0-9, with arithmetic modulo 10. Four constants come first (`2:a`, "2 is a"),
+then 20-28 computed statements (`a-9=e`, "a - 9 is e"; operands `y+z`, `y-z`, `y+k` or `y-k`,
+each an earlier variable chosen uniformly, so many refer hundreds of tokens back). The question
+(`? e+c`) asks for `u+v` or `u-v` where u is computed in the first third of the program: the
+answer needs a value written near the start of the chain.
 
-The chain of thought executes every statement on its own line (`m=a+q=3+7=0`), and after every
-third one re-verifies the statement computed three lines earlier (`verify m=a+q=3+7=0 ok`), the
-repetitive self-checking of reasoning models. Thoughts are separated by a blank line, as in the
-reasoning models' outputs SkipKV calibrates on: a block of three derivations is an execution
-thought, a `verify` line a reflection thought (ALGORITHMS.md 5). It ends with the answer line and
-`Final answer: \\boxed{N}`. Mean generated length is about 490 tokens with tools/tiny's
-tokenizer (one token per character, keywords one token each).
+The chain of thought executes every statement on its own line: the statement, the operands'
+values, the result bound to the name (`a-9=e,2-9,3:e`). Names come after what they name, both in
+the program and in the chain, and the tokenizer merges a name with the mark before it (`=e` and
+`:e` are single tokens), so every lookup is one content match: the value of e is the digit before
+the last `:e` token, e's statement the tokens before `=e`. That lookup, across hundreds of tokens,
+is what KV-cache eviction puts to the test. After every third statement the chain re-verifies the
+one computed three lines earlier (`verify a-9=e,2-9,3:e ok`), the repetitive self-checking of
+reasoning models. Thoughts are separated by a blank line, as in the reasoning models' outputs
+SkipKV calibrates on: a block of three derivations is an execution thought, a `verify` line a
+reflection thought (ALGORITHMS.md 5). It ends with the answer line and `Final answer:
+\\boxed{N}`. Mean generated length is about 440 tokens with tools/tiny's tokenizer.
 
 Everything is deterministic in the seed. `python3 task.py --count 200 --seed 7 --out test.jsonl`
 writes a held-out set; training draws from other seeds (train.py).
@@ -25,7 +30,7 @@ import string
 
 NAMES = string.ascii_lowercase + string.ascii_uppercase
 NUM_CONSTANTS = 4
-MIN_COMPUTED, MAX_COMPUTED = 24, 32
+MIN_COMPUTED, MAX_COMPUTED = 20, 28
 CHECK_EVERY = 3
 
 
@@ -34,12 +39,14 @@ def make_problem(rng: random.Random, min_computed: int = MIN_COMPUTED,
     """One problem: {"problem": program + question, "answer": digit, "solution": chain}.
     Training's curriculum draws shorter programs first (fewer computed statements)."""
     n_computed = rng.randint(min_computed, max_computed)
-    names = rng.sample(NAMES, NUM_CONSTANTS + n_computed)
+    # Names in a fixed order (a, b, ..., z, A, ...): the next statement's name is the successor
+    # of the last one.
+    names = NAMES[: NUM_CONSTANTS + n_computed]
     values = {}
     program = []
     for name in names[:NUM_CONSTANTS]:
         values[name] = rng.randint(0, 9)
-        program.append(f"{name}={values[name]}")
+        program.append(f"{values[name]}:{name}")
     thoughts = []  # blocks of derivation lines and verification lines, "\n\n" between them
     block = []
     computed = []  # (text of the derivation line) per computed statement
@@ -56,8 +63,8 @@ def make_problem(rng: random.Random, min_computed: int = MIN_COMPUTED,
             expr = f"{y}{op}{zv}"
         v = (values[y] + zv) % 10 if op == "+" else (values[y] - zv) % 10
         values[name] = v
-        program.append(f"{name}={expr}")
-        line = f"{name}={expr}={values[y]}{op}{zv}={v}"
+        program.append(f"{expr}={name}")
+        line = f"{expr}={name},{values[y]}{op}{zv},{v}:{name}"
         computed.append(line)
         block.append(line)
         if (i + 1) % CHECK_EVERY == 0:
@@ -69,7 +76,7 @@ def make_problem(rng: random.Random, min_computed: int = MIN_COMPUTED,
     v_name = rng.choice(names)
     op = rng.choice("+-")
     answer = (values[u] + values[v_name]) % 10 if op == "+" else (values[u] - values[v_name]) % 10
-    block.append(f"ans={u}{op}{v_name}={values[u]}{op}{values[v_name]}={answer}")
+    block.append(f"{u}{op}{v_name}=ans,{values[u]}{op}{values[v_name]},{answer}:ans")
     block.append(f"Final answer: \\boxed{{{answer}}}")
     thoughts.append("\n".join(block))
     question = ";".join(program) + f"\n? {u}{op}{v_name}\n"

@@ -2,9 +2,9 @@
 """The tiny model's tokenizer: a byte-level BPE in Hugging Face tokenizer.json form.
 
 The vocabulary is the 256 byte tokens (id = byte value, in the GPT-2 byte-to-unicode spelling),
-then one token per keyword of the task (built by merges), then <|endoftext|>. The pre-tokenizer
-isolates every digit and every punctuation mark, so each variable name, digit and operator is a
-token of its own and only the keywords merge. `encode` here is the same algorithm rkv runs;
+then one token per keyword of the task and per variable name after "=" or ":" (built by merges),
+then <|endoftext|>. The pre-tokenizer isolates every digit, space and punctuation mark (a letter
+run keeps one "=" or ":" before it), so digits and operators are tokens of their own. `encode` here is the same algorithm rkv runs;
 tests compare the two on the held-out set.
 
 `python3 tokenizer.py --out DIR` writes DIR/tokenizer.json and DIR/tokenizer_config.json.
@@ -15,11 +15,13 @@ import os
 import re
 
 # Words merged into single tokens, in merge-priority order.
-KEYWORDS = [" answer", "verify", " ok", "ans", "Final", "boxed"]
+KEYWORDS = ["answer", "verify", "ok", "ans", "Final", "boxed"]
+# Every variable name after "=" (the name of a statement) or ":" (a value binding) is one token.
+NAMES = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [chr(c) for c in range(ord("A"), ord("Z") + 1)]
 EOS = "<|endoftext|>"
-# Letters as words (with an optional leading space), single digits, whitespace, single marks.
-SPLIT_PATTERN = r" ?\p{L}+|\p{N}|\s|[^\s\p{L}\p{N}]"
-_PY_SPLIT = re.compile(r" ?[A-Za-z]+|[0-9]|\s|[^\sA-Za-z0-9]")  # ASCII equivalent of the above
+# Letter runs (with a "=" or ":" before them), single digits, single whitespace, single marks.
+SPLIT_PATTERN = r"[=:]?\p{L}+|\p{N}|\s|[^\s\p{L}\p{N}]"
+_PY_SPLIT = re.compile(r"[=:]?[A-Za-z]+|[0-9]|\s|[^\sA-Za-z0-9]")  # ASCII equivalent of the above
 
 
 def bytes_to_unicode() -> dict:
@@ -52,6 +54,10 @@ def build():
                 merges.append((current, ch))
                 vocab[merged] = len(vocab)
             current = merged
+    for name in NAMES:
+        for mark in "=:":
+            merges.append((mark, name))
+            vocab[mark + name] = len(vocab)
     return vocab, merges
 
 

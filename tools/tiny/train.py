@@ -189,13 +189,13 @@ def held_out_problems() -> set:
     return {p["problem"] for p in task.problems(HELD_OUT_SEED, 200)}
 
 
-def make_batch(step: int, size: int, seed: int, excluded: set, short: bool = False):
-    """(ids, targets) for one step; targets are -100 on prompt and padding positions. `short`
-    draws the curriculum's shorter programs (8-20 computed statements)."""
+def make_batch(step: int, size: int, seed: int, excluded: set, short=None):
+    """(ids, targets) for one step; targets are -100 on prompt and padding positions. `short`,
+    a (min, max) pair, draws the curriculum's shorter programs."""
     rng = random.Random(seed * 1_000_003 + step)
     seqs = []
     while len(seqs) < size:
-        p = task.make_problem(rng, 8, 20) if short else task.make_problem(rng)
+        p = task.make_problem(rng, *short) if short else task.make_problem(rng)
         if p["problem"] in excluded:
             continue
         prompt = tokenizer.encode(p["problem"])
@@ -215,9 +215,15 @@ def make_batch(step: int, size: int, seed: int, excluded: set, short: bool = Fal
 def main() -> None:
     ap = argparse.ArgumentParser(description="Train the tiny reasoning model (tools/tiny).")
     ap.add_argument("--out", required=True, help="output directory (Hugging Face layout)")
-    ap.add_argument("--steps", type=int, default=1200, help="optimizer steps (default 1200)")
+    ap.add_argument("--steps", type=int, default=750, help="optimizer steps (default 750)")
     ap.add_argument("--short-steps", type=int, default=400,
                     help="first steps drawn from shorter programs, a curriculum (default 400)")
+    ap.add_argument("--short-min", type=int, default=4,
+                    help="fewest computed statements of the curriculum's programs (default 4)")
+    ap.add_argument("--short-max", type=int, default=12,
+                    help="most computed statements of the curriculum's programs (default 12)")
+    ap.add_argument("--init-from", default="",
+                    help="start from the weights of this .state.pt (a fresh optimizer and schedule)")
     ap.add_argument("--batch", type=int, default=16, help="sequences per step (default 16)")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
     ap.add_argument("--warmup", type=int, default=50, help="warm-up steps (default 50)")
@@ -247,8 +253,12 @@ def main() -> None:
         opt.load_state_dict(state["opt"])
         start, tokens_seen, elapsed0 = state["step"], state["tokens"], state["elapsed"]
         print(f"resumed at step {start}", flush=True)
-    elif os.path.exists(log_path):
-        os.remove(log_path)
+    else:
+        if args.init_from:
+            model.load_state_dict(torch.load(args.init_from)["model"])
+            print(f"weights from {args.init_from}", flush=True)
+        if os.path.exists(log_path):
+            os.remove(log_path)
     os.makedirs(args.out, exist_ok=True)
     excluded = held_out_problems()
     print(f"model: {n_params / 1e6:.2f}M parameters; {args.steps} steps of {args.batch} sequences",
@@ -263,7 +273,8 @@ def main() -> None:
     t0 = time.time() - elapsed0
     window = []
     for step in range(start, args.steps):
-        ids, targets = make_batch(step, args.batch, args.seed, excluded, step < args.short_steps)
+        short = (args.short_min, args.short_max) if step < args.short_steps else None
+        ids, targets = make_batch(step, args.batch, args.seed, excluded, short)
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
         logits = model(ids)
