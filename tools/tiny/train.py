@@ -225,7 +225,8 @@ def main() -> None:
     ap.add_argument("--init-from", default="",
                     help="start from the weights of this .state.pt (a fresh optimizer and schedule)")
     ap.add_argument("--batch", type=int, default=16, help="sequences per step (default 16)")
-    ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
+    ap.add_argument("--lr", type=float, default=1e-3,
+                    help="peak learning rate (default 1e-3; 3e-3 keeps lookup from forming)")
     ap.add_argument("--warmup", type=int, default=50, help="warm-up steps (default 50)")
     ap.add_argument("--hidden", type=int, default=192, help="hidden size (default 192)")
     ap.add_argument("--layers", type=int, default=4, help="layers (default 4)")
