@@ -34,11 +34,7 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=8, help="keys per example (default 8)")
     ap.add_argument("--format", choices=["value-first", "key-first"], default="value-first",
                     help="`3:e` (the task's binding) or `e=3` (default value-first)")
-    ap.add_argument("--hidden", type=int, default=192, help="hidden size (default 192)")
-    ap.add_argument("--layers", type=int, default=4, help="layers (default 4)")
-    ap.add_argument("--heads", type=int, default=4, help="query heads (default 4)")
-    ap.add_argument("--kv-heads", type=int, default=2, help="key/value heads (default 2)")
-    ap.add_argument("--ffn", type=int, default=512, help="MLP intermediate size (default 512)")
+    train.add_shape_args(ap)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     args = ap.parse_args()
 

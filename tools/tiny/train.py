@@ -212,6 +212,15 @@ def make_batch(step: int, size: int, seed: int, excluded: set, short=None):
     return ids, targets
 
 
+def add_shape_args(ap: argparse.ArgumentParser) -> None:
+    """The model-shape flags (Config reads them), shared with lookup_probe.py."""
+    ap.add_argument("--hidden", type=int, default=192, help="hidden size (default 192)")
+    ap.add_argument("--layers", type=int, default=4, help="layers (default 4)")
+    ap.add_argument("--heads", type=int, default=4, help="query heads (default 4)")
+    ap.add_argument("--kv-heads", type=int, default=2, help="key/value heads (default 2)")
+    ap.add_argument("--ffn", type=int, default=512, help="MLP intermediate size (default 512)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="Train the tiny reasoning model (tools/tiny).")
     ap.add_argument("--out", required=True, help="output directory (Hugging Face layout)")
@@ -228,11 +237,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3,
                     help="peak learning rate (default 1e-3; 3e-3 keeps lookup from forming)")
     ap.add_argument("--warmup", type=int, default=50, help="warm-up steps (default 50)")
-    ap.add_argument("--hidden", type=int, default=192, help="hidden size (default 192)")
-    ap.add_argument("--layers", type=int, default=4, help="layers (default 4)")
-    ap.add_argument("--heads", type=int, default=4, help="query heads (default 4)")
-    ap.add_argument("--kv-heads", type=int, default=2, help="key/value heads (default 2)")
-    ap.add_argument("--ffn", type=int, default=512, help="MLP intermediate size (default 512)")
+    add_shape_args(ap)
     ap.add_argument("--seed", type=int, default=1, help="seed of weights and data (default 1)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     ap.add_argument("--save-every", type=int, default=100,
