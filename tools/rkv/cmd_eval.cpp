@@ -118,7 +118,8 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--top-k", a->top_k, "Top-k sampling (0: off)");
   add_flag_option(
       app, "-n,--max-new-tokens", a->max_new,
-      "Maximum generated tokens (0: the dataset's default: MATH-500 8192, AIME 16384, GSM8K 8192)");
+      "Maximum generated tokens (0: the dataset's default: MATH-500 8192, AIME 16384, GSM8K "
+      "8192, chains 1024)");
   add_flag_option(app, "--chat-template", a->chat_template,
                   "Chat template name (default: detected)");
   add_flag_option(app, "--prompt-template", a->prompt_template,
