@@ -18,7 +18,7 @@ one computed three lines earlier (`verify a-9=e,2-9,3:e ok`), the repetitive sel
 reasoning models. Thoughts are separated by a blank line, as in the reasoning models' outputs
 SkipKV calibrates on: a block of three derivations is an execution thought, a `verify` line a
 reflection thought (ALGORITHMS.md 5). It ends with the answer line and `Final answer:
-\\boxed{N}`. Mean generated length is about 440 tokens with tools/tiny's tokenizer.
+\\boxed{N}`. Mean generated length is about 450 tokens with tools/tiny's tokenizer.
 
 Everything is deterministic in the seed. `python3 task.py --count 200 --seed 7 --out test.jsonl`
 writes a held-out set; training draws from other seeds (train.py).
