@@ -4,8 +4,8 @@ Hugging Face layout (config.json, model.safetensors, tokenizer.json, generation_
 
 The architecture is Llama (RMSNorm, RoPE, SwiGLU, grouped-query attention, tied embeddings), the
 same computation as transformers' LlamaForCausalLM, so rkv loads the result as any Llama
-checkpoint. Training data is drawn on the fly from task.py with a seed per step (problems of the held-out
-set are skipped), and the loss is taken on the chain-of-thought tokens only.
+checkpoint. Training data is drawn on the fly from task.py with a seed per step (problems of the
+held-out set are skipped), and the loss is taken on the chain-of-thought tokens only.
 
     python3 tools/tiny/train.py --out models/rkv-tiny-reasoner            # the model to ship
     python3 tools/tiny/train.py --out /tmp/m --steps 50 --save-every 25   # a quick smoke run
