@@ -14,10 +14,11 @@ import json
 import os
 import re
 
+# Every variable name after "=" (the name of a statement) or ":" (a value binding) is one token.
+from task import NAMES
+
 # Words merged into single tokens, in merge-priority order.
 KEYWORDS = ["answer", "verify", "ok", "ans", "Final", "boxed"]
-# Every variable name after "=" (the name of a statement) or ":" (a value binding) is one token.
-NAMES = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [chr(c) for c in range(ord("A"), ord("Z") + 1)]
 EOS = "<|endoftext|>"
 # Letter runs (with a "=" or ":" before them), single digits, single whitespace, single marks.
 SPLIT_PATTERN = r"[=:]?\p{L}+|\p{N}|\s|[^\s\p{L}\p{N}]"
