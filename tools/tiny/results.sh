@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Reproduces docs/RESULTS.md: accuracy against KV budget of every method on the shipped tiny
-# reasoning model, through rkv's own engine. Run from the repository root after building
+# Reproduces docs/RESULTS.md: accuracy against KV budget of every method on the tiny reasoning
+# model (models/rkv-tiny-reasoner, once tools/tiny/train.py has produced one that works), through rkv's own engine. Run from the repository root after building
 # build/rkv (scripts/quickstart.sh does). Writes runs/tiny/{greedy,sampled,steer-*}/ (samples,
 # summary.md, summary.json, accuracy.svg) and models/rkv-tiny-reasoner/steering.safetensors.
 # Every eval run resumes where it stopped when run again. About 30 minutes on 2 cores.
@@ -12,8 +12,8 @@ data=data/chains_test.jsonl
 out=${RKV_RESULTS_DIR:-runs/tiny}
 threads=${RKV_THREADS:-2}
 methods=fullkv,streamingllm,h2o,snapkv,rkv,gkv,skipkv
-# ~5%, 10%, 20%, 30% and 50% of the mean fullkv chain (about 510 tokens); 16 tokens of buffer.
-budgets=${RKV_BUDGETS:-24,48,96,160,256}
+# ~5%, 10%, 20%, 35% and 50% of the mean fullkv chain (about 450 tokens); 16 tokens of buffer.
+budgets=${RKV_BUDGETS:-24,48,96,160,224}
 common=(--preset chains --budgets "$budgets" --kv-buffer 16 --kv-keywords verify -t "$threads")
 mkdir -p "$out"
 
