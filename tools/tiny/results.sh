@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reproduces docs/RESULTS.md: accuracy against KV budget of every method on the tiny reasoning
-# model (models/rkv-tiny-reasoner, once tools/tiny/train.py has produced one that works), through rkv's own engine. Run from the repository root after building
-# build/rkv (scripts/quickstart.sh does). Writes runs/tiny/{greedy,sampled,steer-*}/ (samples,
+# model (models/rkv-tiny-reasoner, once tools/tiny/train.py has produced one that works), through
+# rkv's own engine. Run from the repository root after building build/rkv (scripts/quickstart.sh
+# does). Writes runs/tiny/{greedy,sampled,steer-*}/ (samples,
 # summary.md, summary.json, accuracy.svg) and models/rkv-tiny-reasoner/steering.safetensors.
 # Every eval run resumes where it stopped when run again. About 30 minutes on 2 cores.
 set -euo pipefail
