@@ -3,6 +3,11 @@
 // `chains` preset (the question alone as the prompt).
 #include <gtest/gtest.h>
 
+#include <fstream>
+
+#include "core/thread_pool.h"
+#include "eval/runner.h"
+#include "model/model.h"
 #include "rkv/eval.h"
 #include "rkv/tokenizer.h"
 #include "test_util.h"
@@ -16,22 +21,30 @@ namespace fs = std::filesystem;
 // same files into the model it exports).
 const fs::path kTokenizerDir = fs::path(RKV_SOURCE_DIR) / "tools/tiny/tokenizer";
 const fs::path kTestSet = fs::path(RKV_SOURCE_DIR) / "data/chains_test.jsonl";
+// The model the repository ships (tools/tiny/train.py; its card is the README beside it).
+const fs::path kShippedModel = fs::path(RKV_SOURCE_DIR) / "models/rkv-tiny-reasoner";
 
-TEST(TinyModel, TokenizerMergesKeywordsAndNameMarksOnly) {
+TEST(TinyModel, TokenizerMakesBindingsAndStatementsSingleTokens) {
   const Tokenizer tok = Tokenizer::load(kTokenizerDir);
-  // Byte tokens have the byte's value as their id (tools/tiny/tokenizer.py); a letter after "="
-  // or ":" is one token, digits, spaces and other marks are tokens of their own.
-  const int32_t e_name = tok.token_id("=e");
-  const int32_t a_value = tok.token_id(":a");
-  const int32_t e_value = tok.token_id(":e");
+  // Byte tokens have the byte's value as their id (tools/tiny/tokenizer.py). A value binding
+  // (`2:a`), a statement's first token (`e=a`) and second token (` e-9`, space included) and a
+  // variable read with its space (` a`) are single tokens; digits, other marks and whitespace are
+  // tokens of their own. "Ġ" is the byte-level spelling of the space.
+  const int32_t a_is_2 = tok.token_id("2:a");
+  const int32_t e_is_3 = tok.token_id("3:e");
+  const int32_t e_from_a = tok.token_id("e=a");
+  const int32_t e_minus_9 = tok.token_id("Ġe-9");
+  const int32_t read_a = tok.token_id("Ġa");
   const int32_t verify = tok.token_id("verify");
   const int32_t ok = tok.token_id("ok");
-  for (int32_t id : {e_name, a_value, e_value, verify, ok}) ASSERT_GE(id, 256);
-  EXPECT_EQ(tok.encode("2:a;a-9=e,2-9,3:e\n", false),
-            (std::vector<int32_t>{'2', a_value, ';', 'a', '-', '9', e_name, ',', '2', '-', '9', ',',
-                                  '3', e_value, '\n'}));
-  EXPECT_EQ(tok.encode("verify a-9=e ok", false),
-            (std::vector<int32_t>{verify, ' ', 'a', '-', '9', e_name, ' ', ok}));
+  for (int32_t id : {a_is_2, e_is_3, e_from_a, e_minus_9, read_a, verify, ok}) ASSERT_GE(id, 256);
+  EXPECT_EQ(tok.encode("2:a\ne=a e-9\n", false),
+            (std::vector<int32_t>{a_is_2, '\n', e_from_a, e_minus_9, '\n'}));
+  EXPECT_EQ(tok.encode("e=a e-9 a2,2-9=3:e", false),
+            (std::vector<int32_t>{e_from_a, e_minus_9, read_a, '2', ',', '2', '-', '9', '=', e_is_3}));
+  EXPECT_EQ(tok.encode("verify\nok", false), (std::vector<int32_t>{verify, '\n', ok}));
+  // A statement token takes one mark and one unit after the name: `e-95` is ` e-9` then `5`.
+  EXPECT_EQ(tok.encode(" e-95", false), (std::vector<int32_t>{e_minus_9, '5'}));
   // Digits never merge, even in a run: "12" is two tokens.
   EXPECT_EQ(tok.encode("12", false), (std::vector<int32_t>{'1', '2'}));
   EXPECT_TRUE(tok.is_eos(tok.token_id("<|endoftext|>")));
@@ -48,13 +61,48 @@ TEST(TinyModel, HeldOutSetLoadsWithTheChainsPreset) {
   for (const auto& ex : data.examples) {
     ASSERT_EQ(ex.answer.size(), 1u) << ex.id;
     EXPECT_TRUE(ex.answer[0] >= '0' && ex.answer[0] <= '9') << ex.id;
-    // Four constants, then statements, then the question line.
-    EXPECT_EQ(ex.question.rfind("\n? "), ex.question.find('\n')) << ex.id;
-    EXPECT_EQ(ex.question[1], ':') << ex.id;
+    // Four constants (`2:a`), the statements, then the question as the statement of `ans`.
+    EXPECT_EQ(ex.question.substr(1, 3), ":a\n") << ex.id;
+    EXPECT_NE(ex.question.rfind("\nans="), std::string::npos) << ex.id;
+    EXPECT_EQ(ex.question.back(), '\n') << ex.id;
   }
   // The R-KV prompt stays the default of the other presets.
   EXPECT_TRUE(eval::find_preset("math500")->prompt_template.empty());
   EXPECT_EQ(eval::find_preset("tiny"), eval::find_preset("chains"));
+}
+
+TEST(TinyModel, ShippedModelSolvesHeldOutProblemsWithFullKV) {
+  // The first held-out problems, greedy, full cache, through the eval runner as `rkv eval` runs
+  // them: every answer must be the generator's (a random or broken model gets about 1 in 10).
+  ASSERT_TRUE(fs::exists(kShippedModel / "model.safetensors")) << kShippedModel;
+  auto model = Model::load(kShippedModel);
+  const Tokenizer tokenizer = Tokenizer::load(kShippedModel);
+  eval::DatasetOptions options;
+  options.preset = "chains";
+  eval::Dataset data = eval::load_dataset(kTestSet, options);
+  constexpr std::size_t kProblems = 8;
+  data.examples.resize(kProblems);
+  eval::RunnerOptions o;
+  o.methods = {"fullkv"};
+  o.temperature = 0.0f;
+  o.prompt_template = data.prompt_template;
+  o.progress = nullptr;
+  o.out_dir = fs::temp_directory_path() / ("rkv-tiny-" + std::to_string(::getpid()));
+  fs::remove_all(o.out_dir);
+  ThreadPool pool(2);
+  const eval::RunSummary summary = eval::run_eval(*model, tokenizer, data, o, pool);
+  std::ifstream in(o.out_dir / "samples.jsonl");
+  std::size_t records = 0;
+  for (std::string line; std::getline(in, line); ++records) {
+    const auto r = nlohmann::json::parse(line);
+    EXPECT_TRUE(r["correct"].get<bool>()) << r.dump();
+    // A whole chain of thought, not a lucky short answer: one line per statement and more.
+    EXPECT_GE(r["generated_tokens"].get<int>(), 400) << r.dump();
+  }
+  EXPECT_EQ(records, kProblems);
+  ASSERT_EQ(summary.results.size(), 1u);
+  EXPECT_EQ(summary.results[0].pass_at_1, 1.0);
+  fs::remove_all(o.out_dir);
 }
 
 }  // namespace

@@ -2,10 +2,16 @@
 """The tiny model's tokenizer: a byte-level BPE in Hugging Face tokenizer.json form.
 
 The vocabulary is the 256 byte tokens (id = byte value, in the GPT-2 byte-to-unicode spelling),
-then one token per keyword of the task and per variable name after "=" or ":" (built by merges),
-then <|endoftext|>. The pre-tokenizer isolates every digit, space and punctuation mark (a letter
-run keeps one "=" or ":" before it), so digits and operators are tokens of their own. `encode` here is the same algorithm rkv runs;
+then tokens built by merges: the task's keywords, each variable with a space before it (` e`),
+each value binding (`3:e`), each statement token (`e=a`, ` e-9`, ` e+c`; task.py), then
+<|endoftext|>. The pre-tokenizer isolates bindings, statement tokens, letter runs (with at most
+one space before them), single digits, single whitespace and single marks, so the arithmetic's
+digits and operators are tokens of their own. `encode` here is the same algorithm rkv runs;
 tests compare the two on the held-out set.
+
+`FACTORS` describes the binding, statement and spaced-variable tokens by their parts (space,
+first unit, mark, last unit); train.py builds those tokens' embeddings from shared per-part
+vectors, so what it learns about `e` in one token carries to every token with an `e` in it.
 
 `python3 tokenizer.py --out DIR` writes DIR/tokenizer.json and DIR/tokenizer_config.json.
 """
@@ -14,15 +20,20 @@ import json
 import os
 import re
 
-# Every variable name after "=" (the name of a statement) or ":" (a value binding) is one token.
-from task import NAMES
+from task import ANSWER_NAME, NAMES, OPS
 
 # Words merged into single tokens, in merge-priority order.
-KEYWORDS = ["answer", "verify", "ok", "ans", "Final", "boxed"]
+KEYWORDS = ["verify", "ok", ANSWER_NAME, "answer", "Final", "boxed"]
 EOS = "<|endoftext|>"
-# Letter runs (with a "=" or ":" before them), single digits, single whitespace, single marks.
-SPLIT_PATTERN = r"[=:]?\p{L}+|\p{N}|\s|[^\s\p{L}\p{N}]"
-_PY_SPLIT = re.compile(r"[=:]?[A-Za-z]+|[0-9]|\s|[^\sA-Za-z0-9]")  # ASCII equivalent of the above
+DIGITS = "0123456789"
+VARIABLES = list(NAMES) + [ANSWER_NAME]
+UNITS = VARIABLES + list(DIGITS)  # what the parts of a factored token are
+MARKS = [":", "="] + list(OPS)
+# Bindings, statement tokens, letter runs with an optional space, single digits, single
+# whitespace, single marks.
+SPLIT_PATTERN = r"\p{N}:\p{L}+| ?\p{L}+[-+=][\p{L}\p{N}]| ?\p{L}+|\p{N}|\s|[^\s\p{L}\p{N}]"
+_PY_SPLIT = re.compile(r"[0-9]:[A-Za-z]+| ?[A-Za-z]+[-+=][A-Za-z0-9]| ?[A-Za-z]+|[0-9]|\s|"
+                       r"[^\sA-Za-z0-9]")  # ASCII equivalent of the above
 
 
 def bytes_to_unicode() -> dict:
@@ -43,26 +54,43 @@ BYTE_CHAR = bytes_to_unicode()
 
 
 def build():
-    """(vocab: token -> id, merges: list of (a, b))."""
+    """(vocab: token -> id, merges: list of (a, b), factors: id -> (space, first, mark, last))."""
     vocab = {BYTE_CHAR[b]: b for b in range(256)}
     merges = []
+    factors = {}
+
+    def merge(a: str, b: str) -> str:
+        if a + b not in vocab:
+            merges.append((a, b))
+            vocab[a + b] = len(vocab)
+        return a + b
+
     for word in KEYWORDS:
-        chars = [BYTE_CHAR[b] for b in word.encode("utf-8")]
-        current = chars[0]
-        for ch in chars[1:]:
-            merged = current + ch
-            if merged not in vocab:
-                merges.append((current, ch))
-                vocab[merged] = len(vocab)
-            current = merged
-    for name in NAMES:
-        for mark in "=:":
-            merges.append((mark, name))
-            vocab[mark + name] = len(vocab)
-    return vocab, merges
+        current = word[0]
+        for ch in word[1:]:
+            current = merge(current, ch)
+    sp = BYTE_CHAR[ord(" ")]
+    for name in VARIABLES:  # ` e`: a variable read in the chain of thought
+        factors[vocab[merge(sp, name)]] = (True, name, None, None)
+    for d in DIGITS:  # `3:e`: a value binding
+        merge(d, ":")
+        for name in VARIABLES:
+            factors[vocab[merge(d + ":", name)]] = (False, d, ":", name)
+    for name in VARIABLES:  # `e=a`: a statement's name and first operand
+        merge(name, "=")
+        for y in NAMES:
+            factors[vocab[merge(name + "=", y)]] = (False, name, "=", y)
+    for name in VARIABLES:  # ` e-9`, ` e+c`: the statement's operation and second operand
+        for op in OPS:
+            merge(sp + name, op)
+            for z in list(NAMES) + list(DIGITS):
+                factors[vocab[merge(sp + name + op, z)]] = (True, name, op, z)
+    for unit in UNITS:  # single letters, digits and `ans` are the parts themselves
+        factors[vocab[unit]] = (False, unit, None, None)
+    return vocab, merges, factors
 
 
-VOCAB, MERGES = build()
+VOCAB, MERGES, FACTORS = build()
 EOS_ID = len(VOCAB)
 VOCAB_SIZE = EOS_ID + 1
 _RANKS = {pair: i for i, pair in enumerate(MERGES)}

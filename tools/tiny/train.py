@@ -111,14 +111,57 @@ class Block(torch.nn.Module):
         return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
 
 
+class FactoredEmbedding(torch.nn.Module):
+    """The (tied) embedding matrix, with the tokens of tokenizer.FACTORS built from their parts:
+    vector(` e-9`) = space + first[e] + mark[-] + last[9], where first[u] = unit[u] + first_only[u]
+    and last[u] = unit[u] + last_only[u]. A token found by content (the value binding `3:e`, the
+    statement token `e=a`) then shares its vector for `e` with the token that looks it up (` e`,
+    `e=a`), from the first step: the lookup is a match of shared parts, which a small model
+    learns in a few hundred steps, not a match of thousands of unrelated rows, which it does not
+    (tools/tiny/README.md). `weight` is the full matrix; export writes it as an ordinary
+    embedding, so the checkpoint is a plain Llama."""
+
+    def __init__(self, c: Config):
+        super().__init__()
+        units = {u: i for i, u in enumerate(tokenizer.UNITS)}
+        marks = {m: i for i, m in enumerate(tokenizer.MARKS)}
+        n = len(units)
+        init = lambda *shape: torch.nn.Parameter(torch.randn(*shape) * 0.02)  # noqa: E731
+        self.own = init(c.vocab_size, c.hidden)  # tokens that are not factored
+        self.unit, self.first_only, self.last_only = init(n, c.hidden), init(n, c.hidden), init(
+            n, c.hidden)
+        self.mark, self.space = init(len(marks), c.hidden), init(1, c.hidden)
+        index = torch.zeros(5, c.vocab_size, dtype=torch.long)  # factored?, space, first, mark, last
+        present = torch.zeros(4, c.vocab_size)  # space, first, mark, last
+        for tid, (space, first, mark, last) in tokenizer.FACTORS.items():
+            index[0, tid] = 1
+            present[0, tid] = float(space)
+            index[2, tid], present[1, tid] = units[first], 1.0
+            if mark is not None:
+                index[3, tid], present[2, tid] = marks[mark], 1.0
+            if last is not None:
+                index[4, tid], present[3, tid] = units[last], 1.0
+        self.register_buffer("index", index, persistent=False)
+        self.register_buffer("present", present, persistent=False)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        i, p = self.index, self.present[..., None]
+        parts = (p[0] * self.space[0] + p[1] * (self.unit + self.first_only)[i[2]] +
+                 p[2] * self.mark[i[3]] + p[3] * (self.unit + self.last_only)[i[4]])
+        return torch.where(i[0, :, None].bool(), parts, self.own)
+
+    def forward(self, ids):
+        return F.embedding(ids, self.weight)
+
+
 class Model(torch.nn.Module):
     def __init__(self, c: Config):
         super().__init__()
         self.c = c
-        self.embed_tokens = torch.nn.Embedding(c.vocab_size, c.hidden)
+        self.embed_tokens = FactoredEmbedding(c)
         self.blocks = torch.nn.ModuleList(Block(c) for _ in range(c.layers))
         self.norm = RMSNorm(c.hidden, c.eps)
-        torch.nn.init.normal_(self.embed_tokens.weight, std=0.02)
         for blk in self.blocks:
             for m in (blk.q_proj, blk.k_proj, blk.v_proj, blk.gate_proj, blk.up_proj):
                 torch.nn.init.normal_(m.weight, std=0.02)
@@ -134,10 +177,11 @@ class Model(torch.nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos()[None, None], emb.sin()[None, None]
         mask = torch.full((t, t), float("-inf")).triu(1)
-        x = self.embed_tokens(ids)
+        table = self.embed_tokens.weight
+        x = F.embedding(ids, table)
         for blk in self.blocks:
             x = blk(x, cos, sin, mask)
-        return self.norm(x) @ self.embed_tokens.weight.T
+        return self.norm(x) @ table.T
 
     def hf_tensors(self) -> dict:
         out = {"model.embed_tokens.weight": self.embed_tokens.weight,
@@ -224,9 +268,9 @@ def add_shape_args(ap: argparse.ArgumentParser) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description="Train the tiny reasoning model (tools/tiny).")
     ap.add_argument("--out", required=True, help="output directory (Hugging Face layout)")
-    ap.add_argument("--steps", type=int, default=750, help="optimizer steps (default 750)")
-    ap.add_argument("--short-steps", type=int, default=400,
-                    help="first steps drawn from shorter programs, a curriculum (default 400)")
+    ap.add_argument("--steps", type=int, default=900, help="optimizer steps (default 900)")
+    ap.add_argument("--short-steps", type=int, default=300,
+                    help="first steps drawn from shorter programs, a curriculum (default 300)")
     ap.add_argument("--short-min", type=int, default=4,
                     help="fewest computed statements of the curriculum's programs (default 4)")
     ap.add_argument("--short-max", type=int, default=12,
