@@ -40,8 +40,9 @@ TEST(TinyModel, TokenizerMakesBindingsAndStatementsSingleTokens) {
   for (int32_t id : {a_is_2, e_is_3, e_from_a, e_minus_9, read_a, verify, ok}) ASSERT_GE(id, 256);
   EXPECT_EQ(tok.encode("2:a\ne=a e-9\n", false),
             (std::vector<int32_t>{a_is_2, '\n', e_from_a, e_minus_9, '\n'}));
-  EXPECT_EQ(tok.encode("e=a e-9 a2,2-9=3:e", false),
-            (std::vector<int32_t>{e_from_a, e_minus_9, read_a, '2', ',', '2', '-', '9', '=', e_is_3}));
+  EXPECT_EQ(
+      tok.encode("e=a e-9 a2,2-9=3:e", false),
+      (std::vector<int32_t>{e_from_a, e_minus_9, read_a, '2', ',', '2', '-', '9', '=', e_is_3}));
   EXPECT_EQ(tok.encode("verify\nok", false), (std::vector<int32_t>{verify, '\n', ok}));
   // A statement token takes one mark and one unit after the name: `e-95` is ` e-9` then `5`.
   EXPECT_EQ(tok.encode(" e-95", false), (std::vector<int32_t>{e_minus_9, '5'}));
