@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Reproduces docs/RESULTS.md: accuracy against KV budget of every method on the tiny reasoning
-# model (models/rkv-tiny-reasoner, once tools/tiny/train.py has produced one that works), through
-# rkv's own engine. Run from the repository root after building build/rkv (scripts/quickstart.sh
-# does). Writes runs/tiny/{greedy,sampled,steer-*}/ (samples,
-# summary.md, summary.json, accuracy.svg) and models/rkv-tiny-reasoner/steering.safetensors.
+# model (models/rkv-tiny-reasoner), through rkv's own engine. Run from the repository root after
+# building build/rkv (scripts/quickstart.sh does). Writes runs/tiny/{greedy,sampled,
+# steer-greedy,steer-a0/*}/ (samples, summary.md, summary.json, accuracy.svg) and
+# models/rkv-tiny-reasoner/steering.safetensors.
 # Every eval run resumes where it stopped when run again. About 30 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,9 +29,13 @@ echo "== SkipKV adaptive steering: calibration on 64 training-distribution progr
 python3 tools/tiny/task.py --count 64 --seed 11 --out "$out/calibration.jsonl"
 $rkv steer-calibrate -m $model --dataset "$out/calibration.jsonl" --prompt-suffix "" -n 1024 \
   --temp 0 -t "$threads" --out $model/steering.safetensors --thoughts "$out/thoughts.jsonl"
-steer=(--steering $model/steering.safetensors --steer-a0 1.0 --steer-gamma 0.02)
+steer=(--steering $model/steering.safetensors)
+# The spec's defaults (a0 1.0, gamma 0.02; ALGORITHMS.md 5), full budget range.
 $rkv eval -m $model --dataset $data "${common[@]}" --methods fullkv,skipkv "${steer[@]}" \
-  --temp 0 -o "$out/steer-greedy"
-$rkv eval -m $model --dataset $data "${common[@]}" --methods fullkv,skipkv "${steer[@]}" \
-  --samples 4 --temp 0.6 --top-p 0.95 --limit 100 -s 1 -o "$out/steer-sampled"
+  --steer-a0 1.0 --steer-gamma 0.02 --temp 0 -o "$out/steer-greedy"
+# Strength sweep on the full cache (greedy, first 50 problems).
+for a0 in 0.1 0.3 0.4 0.5 0.7 -0.4 -0.7 -1.0; do
+  $rkv eval -m $model --dataset $data --preset chains --methods fullkv "${steer[@]}" \
+    --steer-a0="$a0" --steer-gamma 0 --temp 0 --limit 50 -t "$threads" -o "$out/steer-a0/$a0"
+done
 echo "== done: $out/*/summary.md"
