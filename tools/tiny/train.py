@@ -131,24 +131,24 @@ class FactoredEmbedding(torch.nn.Module):
         self.unit, self.first_only, self.last_only = init(n, c.hidden), init(n, c.hidden), init(
             n, c.hidden)
         self.mark, self.space = init(len(marks), c.hidden), init(1, c.hidden)
-        index = torch.zeros(5, c.vocab_size, dtype=torch.long)  # factored?, space, first, mark, last
+        index = torch.zeros(4, c.vocab_size, dtype=torch.long)  # factored?, first, mark, last
         present = torch.zeros(4, c.vocab_size)  # space, first, mark, last
         for tid, (space, first, mark, last) in tokenizer.FACTORS.items():
             index[0, tid] = 1
             present[0, tid] = float(space)
-            index[2, tid], present[1, tid] = units[first], 1.0
+            index[1, tid], present[1, tid] = units[first], 1.0
             if mark is not None:
-                index[3, tid], present[2, tid] = marks[mark], 1.0
+                index[2, tid], present[2, tid] = marks[mark], 1.0
             if last is not None:
-                index[4, tid], present[3, tid] = units[last], 1.0
+                index[3, tid], present[3, tid] = units[last], 1.0
         self.register_buffer("index", index, persistent=False)
         self.register_buffer("present", present, persistent=False)
 
     @property
     def weight(self) -> torch.Tensor:
         i, p = self.index, self.present[..., None]
-        parts = (p[0] * self.space[0] + p[1] * (self.unit + self.first_only)[i[2]] +
-                 p[2] * self.mark[i[3]] + p[3] * (self.unit + self.last_only)[i[4]])
+        parts = (p[0] * self.space[0] + p[1] * (self.unit + self.first_only)[i[1]] +
+                 p[2] * self.mark[i[2]] + p[3] * (self.unit + self.last_only)[i[3]])
         return torch.where(i[0, :, None].bool(), parts, self.own)
 
     def forward(self, ids):
