@@ -39,9 +39,12 @@ MatmulRowsFn matmul_rows_avx512bf16_fn();
 
 namespace {
 
-constexpr std::size_t kGemmMinT = 8;  // T at which the packed GEMM beats the GEMV
-constexpr std::size_t kKc = 256;      // K block of the GEMM (multiple of 32)
-constexpr int kMr = 12;               // input rows per GEMM micro-kernel
+// Rows from which the packed GEMM is used. Decode batches measured faster through the GEMV at
+// 9, 16 and 33 rows (Qwen2.5-0.5B shapes, docs/PERFORMANCE.md 2026-11-23); larger blocks
+// (prefill chunks) keep the GEMM.
+constexpr std::size_t kGemmMinT = 34;
+constexpr std::size_t kKc = 256;  // K block of the GEMM (multiple of 32)
+constexpr int kMr = 12;           // input rows per GEMM micro-kernel
 constexpr std::size_t kPrefetchBytes = 768;
 
 constexpr std::size_t min_sz(std::size_t a, std::size_t b) {
