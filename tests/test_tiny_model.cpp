@@ -88,8 +88,8 @@ TEST(TinyModel, ShippedModelSolvesHeldOutProblemsWithFullKV) {
   o.temperature = 0.0f;
   o.prompt_template = data.prompt_template;
   o.progress = nullptr;
-  o.out_dir = fs::temp_directory_path() / ("rkv-tiny-" + std::to_string(::getpid()));
-  fs::remove_all(o.out_dir);
+  const test::TempDir dir("tiny");
+  o.out_dir = dir.path();
   ThreadPool pool(2);
   const eval::RunSummary summary = eval::run_eval(*model, tokenizer, data, o, pool);
   std::ifstream in(o.out_dir / "samples.jsonl");
@@ -103,7 +103,6 @@ TEST(TinyModel, ShippedModelSolvesHeldOutProblemsWithFullKV) {
   EXPECT_EQ(records, kProblems);
   ASSERT_EQ(summary.results.size(), 1u);
   EXPECT_EQ(summary.results[0].pass_at_1, 1.0);
-  fs::remove_all(o.out_dir);
 }
 
 }  // namespace
