@@ -45,7 +45,6 @@ namespace {
 constexpr std::size_t kGemmMinT = 34;
 constexpr std::size_t kKc = 256;  // K block of the GEMM (multiple of 32)
 constexpr int kMr = 12;           // input rows per GEMM micro-kernel
-constexpr std::size_t kPrefetchBytes = 768;
 
 constexpr std::size_t min_sz(std::size_t a, std::size_t b) {
   return a < b ? a : b;
@@ -123,9 +122,12 @@ inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 // ---- decode: GEMV tiles ---------------------------------------------------------------------
 
 // y[t][r] = dot(x[t], w[r]) for r < R, t < TT. xs row t: hi at xs + t * ldxs, lo at + kpad.
+// Each weight line read is matched by a prefetch of the line pf elements further on (the same
+// column of the next block of rows, see gemv_rows). An address past the matrix is harmless: a
+// prefetch never faults, and it is formed as an integer.
 template <int R, int TT>
 void gemv_tile(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad, const std::uint16_t* w,
-               std::size_t K, float* y, std::size_t ldy) {
+               std::size_t K, std::size_t pf, float* y, std::size_t ldy) {
   __m512 acc[R][TT];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps();
@@ -138,7 +140,8 @@ void gemv_tile(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad, cons
     }
     for (int r = 0; r < R; ++r) {
       const std::uint16_t* wr = w + r * K + k;
-      _mm_prefetch(reinterpret_cast<const char*>(wr) + kPrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(wr) + 2 * pf),
+                   _MM_HINT_T0);
       const __m512bh wv = as_bh(_mm512_loadu_si512(wr));
       for (int t = 0; t < TT; ++t) {
         acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xh[t]);
@@ -171,13 +174,13 @@ void gemv_tile(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad, cons
 
 template <int TT>
 void gemv_rows_tt(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad,
-                  const std::uint16_t* w, std::size_t K, std::size_t n0, std::size_t n1, float* y,
-                  std::size_t ldy) {
+                  const std::uint16_t* w, std::size_t K, std::size_t pf, std::size_t n0,
+                  std::size_t n1, float* y, std::size_t ldy) {
   constexpr int kR = TT <= 2 ? 8 : 4;
   std::size_t n = n0;
-  for (; n + kR <= n1; n += kR) gemv_tile<kR, TT>(xs, ldxs, kpad, w + n * K, K, y + n, ldy);
-  for (; n + 4 <= n1; n += 4) gemv_tile<4, TT>(xs, ldxs, kpad, w + n * K, K, y + n, ldy);
-  for (; n < n1; ++n) gemv_tile<1, TT>(xs, ldxs, kpad, w + n * K, K, y + n, ldy);
+  for (; n + kR <= n1; n += kR) gemv_tile<kR, TT>(xs, ldxs, kpad, w + n * K, K, pf, y + n, ldy);
+  for (; n + 4 <= n1; n += 4) gemv_tile<4, TT>(xs, ldxs, kpad, w + n * K, K, pf, y + n, ldy);
+  for (; n < n1; ++n) gemv_tile<1, TT>(xs, ldxs, kpad, w + n * K, K, pf, y + n, ldy);
 }
 
 void gemv_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n0, std::size_t n1,
@@ -189,7 +192,12 @@ void gemv_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n
   for (std::size_t t = 0; t < T; ++t)
     split_row(x + t * K, K, xs + t * ldxs, xs + t * ldxs + kpad, kpad);
   const auto* wb = static_cast<const std::uint16_t*>(w.data);
+  // Blocks of kNb weight rows, each read from memory once and reused from cache by every group
+  // of 4 input rows. The tiles prefetch the next block while they work on this one: with a
+  // shorter distance (768 bytes along the same row) decode measured 11% slower at batch 1 and
+  // 28% at batch 7 (docs/PERFORMANCE.md, 2026-11-23), stalled at the start of every block.
   constexpr std::size_t kNb = 8;
+  const std::size_t pf = kNb * K;
   for (std::size_t nb = n0; nb < n1; nb += kNb) {
     const std::size_t ne = min_sz(n1, nb + kNb);
     for (std::size_t t0 = 0; t0 < T; t0 += 4) {
@@ -197,16 +205,16 @@ void gemv_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n
       float* yt = y + t0 * ldy;
       switch (min_sz(4, T - t0)) {
         case 1:
-          gemv_rows_tt<1>(xt, ldxs, kpad, wb, K, nb, ne, yt, ldy);
+          gemv_rows_tt<1>(xt, ldxs, kpad, wb, K, pf, nb, ne, yt, ldy);
           break;
         case 2:
-          gemv_rows_tt<2>(xt, ldxs, kpad, wb, K, nb, ne, yt, ldy);
+          gemv_rows_tt<2>(xt, ldxs, kpad, wb, K, pf, nb, ne, yt, ldy);
           break;
         case 3:
-          gemv_rows_tt<3>(xt, ldxs, kpad, wb, K, nb, ne, yt, ldy);
+          gemv_rows_tt<3>(xt, ldxs, kpad, wb, K, pf, nb, ne, yt, ldy);
           break;
         default:
-          gemv_rows_tt<4>(xt, ldxs, kpad, wb, K, nb, ne, yt, ldy);
+          gemv_rows_tt<4>(xt, ldxs, kpad, wb, K, pf, nb, ne, yt, ldy);
           break;
       }
     }
