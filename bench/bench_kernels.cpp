@@ -1,11 +1,17 @@
-// Matmul micro-benchmarks on the Qwen2.5-0.5B shapes (hidden 896, intermediate 4864, 14 q heads
-// and 2 kv heads of dim 64, vocab 151936), bf16 weights, per instruction set and thread count.
+// Matmul and attention micro-benchmarks on the Qwen2.5-0.5B shapes (hidden 896, intermediate
+// 4864, 14 q heads and 2 kv heads of dim 64, vocab 151936), bf16 weights, per instruction set
+// and thread count.
 //
 // T=1 (decode) reports GB/s of weights streamed. The weights of one token do not fit in cache,
 // so every benchmark cycles through enough copies of its matrix (>= 256 MiB in all) that each
 // call reads its weights from memory, as decode does. T=512 (prefill) reports GFLOP/s.
 //
+// Attention: one query token's 7 heads against one KV head's cache of n entries (float32), the
+// caches cycled like the weights so that each call reads its keys and values from memory, as
+// decode does; reports GB/s of cache read.
+//
 //   rkv_bench --benchmark_filter=Matmul --benchmark_repetitions=3
+//   rkv_bench --benchmark_filter=Attention
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -18,6 +24,7 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "kernels/attention.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -82,7 +89,45 @@ void BM_Matmul(benchmark::State& state, Isa isa, Shape shape, std::size_t T, int
                          benchmark::Counter::kIsRate);
 }
 
+void BM_Attention(benchmark::State& state, Isa isa, int n) {
+  if (!rkv::kernels::isa_supported(isa)) {
+    state.SkipWithError("ISA not supported on this CPU");
+    return;
+  }
+  const rkv::kernels::AttentionFn fn = rkv::kernels::attention_for(isa);
+  constexpr int G = 7, d = 64;
+  const std::size_t per_cache = static_cast<std::size_t>(n) * d;  // floats in keys (or values)
+  const std::size_t copies = std::max<std::size_t>(1, kColdBytes / (2 * per_cache * 4));
+  std::vector<float> kv(2 * per_cache * copies), q(G * d), out(G * d),
+      probs(static_cast<std::size_t>(G) * static_cast<std::size_t>(n));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : kv) v = dist(rng);
+  for (float& v : q) v = dist(rng);
+  std::size_t c = 0;
+  for (auto _ : state) {
+    const float* keys = kv.data() + 2 * c * per_cache;
+    fn(q.data(), G, d, keys, keys + per_cache, n, 0.125f, out.data(), probs.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+    if (++c == copies) c = 0;
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(2 * per_cache * 4) *
+                             static_cast<double>(state.iterations()) * 1e-9,
+                         benchmark::Counter::kIsRate);
+}
+
 int register_benchmarks() {
+  for (int n : {1152, 8320}) {
+    for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512}) {
+      const std::string name = std::string("Attention/n") + std::to_string(n) + "/" +
+                               std::string(rkv::kernels::isa_name(isa));
+      benchmark::RegisterBenchmark(name.c_str(), BM_Attention, isa, n)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+    }
+  }
   for (std::size_t T : {std::size_t{1}, std::size_t{512}}) {
     for (const Shape& s : kShapes) {
       for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {

@@ -2,6 +2,7 @@
 // the spirit of llama.cpp's test-backend-ops), the f16/bf16 conversions and the thread pool.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "kernels/attention.h"
 #include "kernels/kernels.h"
 
 namespace rkv {
@@ -348,6 +350,72 @@ TEST_P(MatmulParity, ActivationsKeepFloat32Precision) {
 
 INSTANTIATE_TEST_SUITE_P(Isas, MatmulParity,
                          ::testing::Values(Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16),
+                         [](const ::testing::TestParamInfo<Isa>& param_info) {
+                           return std::string(kernels::isa_name(param_info.param));
+                         });
+
+// Attention of one query token (G heads) against n cache entries, per instruction set, against
+// the formula evaluated in double precision: probs = softmax(scale * q k^T), out = probs v.
+// Head sizes 64 and 128 take the blocked AVX-512 path, others the portable loops; n covers
+// partial blocks of 16 keys and chunks of 64 values, G partial groups of heads.
+class AttentionParity : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(AttentionParity, AgainstDoublePrecision) {
+  const Isa isa = GetParam();
+  if (!kernels::isa_supported(isa)) {
+    GTEST_SKIP() << kernels::isa_name(isa)
+                 << " is not supported by this CPU (or has no kernel in this build)";
+  }
+  const kernels::AttentionFn attention = kernels::attention_for(isa);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int d : {64, 128, 80}) {
+    for (int G : {1, 3, 7, 8, 9, 16}) {
+      for (int n : {1, 5, 16, 17, 64, 65, 300}) {
+        SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(G) +
+                     " n=" + std::to_string(n));
+        const auto D = static_cast<std::size_t>(d);
+        const auto N = static_cast<std::size_t>(n);
+        std::vector<float> q(static_cast<std::size_t>(G) * D), k(N * D), v(N * D);
+        for (float& x : q) x = dist(rng);
+        for (float& x : k) x = dist(rng);
+        for (float& x : v) x = dist(rng);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+        std::vector<float> out(static_cast<std::size_t>(G) * D, -1.0f),
+            probs(static_cast<std::size_t>(G) * N, -1.0f);
+        attention(q.data(), G, d, k.data(), v.data(), n, scale, out.data(), probs.data());
+        for (int g = 0; g < G; ++g) {
+          const auto Gi = static_cast<std::size_t>(g);
+          std::vector<double> p(N);
+          double mx = -1e300, sum = 0.0;
+          for (std::size_t j = 0; j < N; ++j) {
+            double dot = 0.0;
+            for (std::size_t x = 0; x < D; ++x)
+              dot += static_cast<double>(q[Gi * D + x]) * static_cast<double>(k[j * D + x]);
+            p[j] = dot * static_cast<double>(scale);
+            mx = std::max(mx, p[j]);
+          }
+          for (double& x : p) sum += (x = std::exp(x - mx));
+          for (std::size_t j = 0; j < N; ++j) {
+            p[j] /= sum;
+            ASSERT_NEAR(probs[Gi * N + j], p[j], 1e-5 * p[j] + 1e-7) << "g=" << g << " j=" << j;
+          }
+          for (std::size_t x = 0; x < D; ++x) {
+            double want = 0.0, mag = 0.0;
+            for (std::size_t j = 0; j < N; ++j) {
+              want += p[j] * static_cast<double>(v[j * D + x]);
+              mag += p[j] * std::fabs(static_cast<double>(v[j * D + x]));
+            }
+            ASSERT_NEAR(out[Gi * D + x], want, 1e-5 * mag + 1e-7) << "g=" << g << " x=" << x;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, AttentionParity,
+                         ::testing::Values(Isa::Reference, Isa::Avx2, Isa::Avx512),
                          [](const ::testing::TestParamInfo<Isa>& param_info) {
                            return std::string(kernels::isa_name(param_info.param));
                          });

@@ -1,6 +1,8 @@
 // Attention of one query token against one KV head's cache arrays (DESIGN.md property 6).
 #pragma once
 
+#include "kernels/kernels.h"
+
 namespace rkv::kernels {
 
 // q: [G][d], the G query heads that share this KV head (consecutive heads, HF repeat_kv order).
@@ -12,6 +14,9 @@ using AttentionFn = void (*)(const float* q, int G, int d, const float* keys, co
 
 // The implementation for the active instruction set (see kernels.h).
 AttentionFn attention_fn();
+
+// The implementation for one instruction set (callers check kernels::isa_supported first).
+AttentionFn attention_for(Isa isa);
 
 // exp(x) for a vector (in place), vectorised; max error about 2 ulp. Used by softmaxes.
 void vec_exp(float* x, int n);

@@ -12,19 +12,21 @@ void vec_exp_reference(float*, int);
 void vec_exp_avx2(float*, int);
 void vec_exp_avx512(float*, int);
 
+AttentionFn attention_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512:
+    case Isa::Avx512Bf16:
+      return &attention_avx512;
+    case Isa::Avx2:
+      return &attention_avx2;
+    case Isa::Reference:
+      break;
+  }
+  return &attention_reference;
+}
+
 AttentionFn attention_fn() {
-  static const AttentionFn fn = [] {
-    switch (active_isa()) {
-      case Isa::Avx512:
-      case Isa::Avx512Bf16:
-        return &attention_avx512;
-      case Isa::Avx2:
-        return &attention_avx2;
-      case Isa::Reference:
-        break;
-    }
-    return &attention_reference;
-  }();
+  static const AttentionFn fn = attention_for(active_isa());
   return fn;
 }
 

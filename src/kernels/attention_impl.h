@@ -53,13 +53,8 @@ inline void exp_inplace(float* x, int n) {
   }
 }
 
-inline void attention_impl(const float* q, int G, int d, const float* keys, const float* values,
-                           int n, float scale, float* out, float* probs) {
-  for (int j = 0; j < n; ++j) {
-    const float* kj = keys + static_cast<std::size_t>(j) * d;
-    for (int g = 0; g < G; ++g)
-      probs[static_cast<std::size_t>(g) * n + j] = dot_lanes(q + g * d, kj, d) * scale;
-  }
+// probs[g][0, n) <- softmax of those scores, for each of the G rows, in place.
+inline void softmax_rows(float* probs, int G, int n) {
   for (int g = 0; g < G; ++g) {
     float* p = probs + static_cast<std::size_t>(g) * n;
     float m = -std::numeric_limits<float>::infinity();
@@ -70,9 +65,18 @@ inline void attention_impl(const float* q, int G, int d, const float* keys, cons
     for (int j = 0; j < n; ++j) sum += p[j];
     const float inv = 1.0f / sum;
     for (int j = 0; j < n; ++j) p[j] *= inv;
-    float* o = out + g * d;
-    for (int k = 0; k < d; ++k) o[k] = 0.0f;
   }
+}
+
+inline void attention_impl(const float* q, int G, int d, const float* keys, const float* values,
+                           int n, float scale, float* out, float* probs) {
+  for (int j = 0; j < n; ++j) {
+    const float* kj = keys + static_cast<std::size_t>(j) * d;
+    for (int g = 0; g < G; ++g)
+      probs[static_cast<std::size_t>(g) * n + j] = dot_lanes(q + g * d, kj, d) * scale;
+  }
+  softmax_rows(probs, G, n);
+  for (int k = 0; k < G * d; ++k) out[k] = 0.0f;
   for (int j = 0; j < n; ++j) {
     const float* vj = values + static_cast<std::size_t>(j) * d;
     for (int g = 0; g < G; ++g) {
