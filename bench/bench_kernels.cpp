@@ -112,10 +112,9 @@ void BM_Attention(benchmark::State& state, Isa isa, int n) {
     benchmark::ClobberMemory();
     if (++c == copies) c = 0;
   }
-  state.counters["GB/s"] =
-      benchmark::Counter(static_cast<double>(2 * per_cache * 4) *
-                             static_cast<double>(state.iterations()) * 1e-9,
-                         benchmark::Counter::kIsRate);
+  state.counters["GB/s"] = benchmark::Counter(
+      static_cast<double>(2 * per_cache * 4) * static_cast<double>(state.iterations()) * 1e-9,
+      benchmark::Counter::kIsRate);
 }
 
 int register_benchmarks() {
