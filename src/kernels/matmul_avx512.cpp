@@ -35,7 +35,6 @@ namespace {
 constexpr std::size_t kGemmMinT = 8;  // T at which the packed GEMM beats the GEMV
 constexpr std::size_t kKc = 256;      // K block of the GEMM (multiple of 32)
 constexpr int kMr = 12;               // input rows per GEMM micro-kernel
-constexpr std::size_t kPrefetchBytes = 768;
 
 constexpr std::size_t min_sz(std::size_t a, std::size_t b) {
   return a < b ? a : b;
@@ -96,7 +95,7 @@ inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 // y[t][r] = dot(x[t], w[r]) for r < R, t < TT. Rows are rb bytes apart.
 template <DType D, int R, int TT>
 void gemv_tile(const float* x, std::size_t ldx, const char* w, std::size_t rb, std::size_t K,
-               float* y, std::size_t ldy) {
+               std::size_t pf, float* y, std::size_t ldy) {
   constexpr std::size_t es = elem_size<D>();
   constexpr std::size_t step = 64 / es;  // one cache line of weights per row per iteration
   __m512 acc[R][TT];
@@ -104,7 +103,10 @@ void gemv_tile(const float* x, std::size_t ldx, const char* w, std::size_t rb, s
     for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps();
   std::size_t k = 0;
   for (; k + step <= K; k += step) {
-    for (int r = 0; r < R; ++r) _mm_prefetch(w + r * rb + k * es + kPrefetchBytes, _MM_HINT_T0);
+    for (int r = 0; r < R; ++r)
+      _mm_prefetch(
+          reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(w + r * rb + k * es) + pf),
+          _MM_HINT_T0);
     for (std::size_t s = 0; s < step; s += 16) {
       __m512 xv[TT];
       for (int t = 0; t < TT; ++t) xv[t] = _mm512_loadu_ps(x + t * ldx + k + s);
@@ -133,12 +135,12 @@ void gemv_tile(const float* x, std::size_t ldx, const char* w, std::size_t rb, s
 
 template <DType D, int TT>
 void gemv_rows_tt(const float* x, std::size_t ldx, const char* w, std::size_t rb, std::size_t K,
-                  std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
+                  std::size_t pf, std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
   constexpr int kR = TT <= 2 ? 8 : 4;
   std::size_t n = n0;
-  for (; n + kR <= n1; n += kR) gemv_tile<D, kR, TT>(x, ldx, w + n * rb, rb, K, y + n, ldy);
-  for (; n + 4 <= n1; n += 4) gemv_tile<D, 4, TT>(x, ldx, w + n * rb, rb, K, y + n, ldy);
-  for (; n < n1; ++n) gemv_tile<D, 1, TT>(x, ldx, w + n * rb, rb, K, y + n, ldy);
+  for (; n + kR <= n1; n += kR) gemv_tile<D, kR, TT>(x, ldx, w + n * rb, rb, K, pf, y + n, ldy);
+  for (; n + 4 <= n1; n += 4) gemv_tile<D, 4, TT>(x, ldx, w + n * rb, rb, K, pf, y + n, ldy);
+  for (; n < n1; ++n) gemv_tile<D, 1, TT>(x, ldx, w + n * rb, rb, K, pf, y + n, ldy);
 }
 
 template <DType D>
@@ -150,6 +152,7 @@ void gemv_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n
   // Blocks of 8 weight rows outside, all the inputs inside: a block (8 x K) stays in L1/L2
   // while it is reused for the second group of four inputs.
   constexpr std::size_t kNb = 8;
+  const std::size_t pf = kNb * rb;  // prefetch the next block (as in matmul_avx512bf16.cpp)
   for (std::size_t nb = n0; nb < n1; nb += kNb) {
     const std::size_t ne = min_sz(n1, nb + kNb);
     for (std::size_t t0 = 0; t0 < T; t0 += 4) {
@@ -157,16 +160,16 @@ void gemv_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n
       float* yt = y + t0 * ldy;
       switch (min_sz(4, T - t0)) {
         case 1:
-          gemv_rows_tt<D, 1>(xt, K, wb, rb, K, nb, ne, yt, ldy);
+          gemv_rows_tt<D, 1>(xt, K, wb, rb, K, pf, nb, ne, yt, ldy);
           break;
         case 2:
-          gemv_rows_tt<D, 2>(xt, K, wb, rb, K, nb, ne, yt, ldy);
+          gemv_rows_tt<D, 2>(xt, K, wb, rb, K, pf, nb, ne, yt, ldy);
           break;
         case 3:
-          gemv_rows_tt<D, 3>(xt, K, wb, rb, K, nb, ne, yt, ldy);
+          gemv_rows_tt<D, 3>(xt, K, wb, rb, K, pf, nb, ne, yt, ldy);
           break;
         default:
-          gemv_rows_tt<D, 4>(xt, K, wb, rb, K, nb, ne, yt, ldy);
+          gemv_rows_tt<D, 4>(xt, K, wb, rb, K, pf, nb, ne, yt, ldy);
           break;
       }
     }
