@@ -150,13 +150,16 @@ void softmax_rows_avx2(float* probs, int G, int n) {
   }
 }
 
-// out[g][c0, c0 + 64) += sum_{j in [j0, j1)} probs[g][j] * values[j][c0, c0 + 64), row stride d.
-void output_chunk(const float* p, const float* values, int d, int c0, int j0, int j1, float* o) {
+// out[g][c0, c0 + 64) += sum_{j in [j0, j1)} probs[g][j] * values[j][c0, c0 + 64), row stride d;
+// `prefetch` on the first pass over the chunk.
+void output_chunk(const float* p, const float* values, int d, int c0, int j0, int j1, bool prefetch,
+                  float* o) {
   __m256 acc[8];
   for (int c = 0; c < 8; ++c) acc[c] = _mm256_loadu_ps(o + c0 + c * 8);
   for (int j = j0; j < j1; ++j) {
     const float* vj = values + static_cast<std::size_t>(j) * static_cast<std::size_t>(d) + c0;
-    if (c0 == 0) prefetch_ahead(vj, kPrefetchRows * d);
+    if (prefetch)
+      for (int c = 0; c < 8; c += 2) prefetch_ahead(vj + c * 8, kPrefetchRows * d);
     const __m256 pj = _mm256_broadcast_ss(p + j);
     for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + c * 8), acc[c]);
   }
@@ -170,7 +173,7 @@ void output(const float* probs, int G, int d, int n, const float* values, float*
     for (int g = 0; g < G; ++g)
       for (int c0 = 0; c0 < d; c0 += 64)
         output_chunk(probs + static_cast<std::size_t>(g) * static_cast<std::size_t>(n), values, d,
-                     c0, j0, j1, out + g * d);
+                     c0, j0, j1, g == 0, out + g * d);
   }
 }
 

@@ -72,7 +72,7 @@ void scores_block(const float* q, int g0, const float* kt, int n, int j0, int ro
     for (int g = 0; g < GB; ++g)
       acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[(g0 + g) * D + k]), kv, acc[g]);
   }
-  const __mmask16 m = static_cast<__mmask16>((1u << rows) - 1u);
+  const __mmask16 m = tail_mask(rows);
   const __m512 s = _mm512_set1_ps(scale);
   for (int g = 0; g < GB; ++g)
     _mm512_mask_storeu_ps(probs + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(n) +
