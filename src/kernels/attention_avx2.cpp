@@ -22,92 +22,57 @@
 #include <limits>
 
 #include "kernels/attention.h"
+#include "kernels/attention_blocked.h"
 #include "kernels/attention_impl.h"
 #include "kernels/avx2_util.h"
 
 namespace rkv::kernels {
 namespace {
 
-constexpr int kGroup = 8;          // heads per pass over a transposed key block
-constexpr int kPvChunk = 64;       // values per chunk of the output pass
-constexpr int kPrefetchRows = 64;  // as in attention_avx512.cpp
+// The width-specific part of the blocked kernel (see attention_blocked.h).
+struct Lanes8 {
+  static constexpr int kLanes = 8;
 
-// Prefetch of the line `ahead` floats after p (harmless past the end: it never faults, and the
-// address is formed as an integer).
-inline void prefetch_ahead(const float* p, int ahead) {
-  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) +
-                                             static_cast<std::uintptr_t>(ahead) * sizeof(float)),
-               _MM_HINT_T0);
-}
-
-// 8 rows of D keys from `block` (row stride D), transposed: kt[k * 8 + i] = block[i][k].
-template <int D>
-void transpose_block(const float* block, bool prefetch, float* kt) {
-  for (int c = 0; c < D; c += 8) {
-    __m256 r[8];
-    for (int i = 0; i < 8; ++i) {
-      if (prefetch && c % 16 == 0) prefetch_ahead(block + i * D + c, kPrefetchRows * D);
-      r[i] = _mm256_loadu_ps(block + i * D + c);
-    }
-    transpose8x8(r);
-    for (int i = 0; i < 8; ++i) _mm256_store_ps(kt + (c + i) * 8, r[i]);
-  }
-}
-
-// probs[g][j0, j0 + rows) = scale * q[g] . keys[j], for heads g0 .. g0 + GB.
-template <int D, int GB>
-void scores_block(const float* q, int g0, const float* kt, int n, int j0, int rows, float scale,
-                  float* probs) {
-  __m256 acc[GB];
-  for (int g = 0; g < GB; ++g) acc[g] = _mm256_setzero_ps();
-  for (int k = 0; k < D; ++k) {
-    const __m256 kv = _mm256_load_ps(kt + k * 8);
-    for (int g = 0; g < GB; ++g)
-      acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + (g0 + g) * D + k), kv, acc[g]);
-  }
-  const __m256 s = _mm256_set1_ps(scale);
-  for (int g = 0; g < GB; ++g) {
-    float* dst = probs + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(n) +
-                 static_cast<std::size_t>(j0);
-    const __m256 v = _mm256_mul_ps(acc[g], s);
-    if (rows == 8) {
-      _mm256_storeu_ps(dst, v);
-    } else {
-      alignas(32) float tmp[8];
-      _mm256_store_ps(tmp, v);
-      for (int i = 0; i < rows; ++i) dst[i] = tmp[i];
+  // 8 rows of D keys from `block` (row stride D), transposed: kt[k * 8 + i] = block[i][k].
+  template <int D>
+  static void transpose_block(const float* block, bool prefetch, float* kt) {
+    for (int c = 0; c < D; c += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) {
+        if (prefetch && c % 16 == 0) prefetch_ahead(block + i * D + c, kPrefetchRows * D);
+        r[i] = _mm256_loadu_ps(block + i * D + c);
+      }
+      transpose8x8(r);
+      for (int i = 0; i < 8; ++i) _mm256_store_ps(kt + (c + i) * 8, r[i]);
     }
   }
-}
 
-// scores_block for gb <= GB heads.
-template <int D, int GB>
-void scores_group(int gb, const float* q, int g0, const float* kt, int n, int j0, int rows,
-                  float scale, float* probs) {
-  if constexpr (GB > 1) {
-    if (gb < GB) return scores_group<D, GB - 1>(gb, q, g0, kt, n, j0, rows, scale, probs);
-  }
-  scores_block<D, GB>(q, g0, kt, n, j0, rows, scale, probs);
-}
-
-template <int D>
-void scores(const float* q, int G, const float* keys, int n, float scale, float* probs) {
-  alignas(32) float kt[D * 8];
-  alignas(32) float tail[8 * D];
-  for (int j0 = 0; j0 < n; j0 += 8) {
-    const int rows = n - j0 < 8 ? n - j0 : 8;
-    const float* block = keys + static_cast<std::size_t>(j0) * D;
-    if (rows == 8) {
-      transpose_block<D>(block, true, kt);
-    } else {  // the last, partial block: zero rows after the cache's end
-      for (int k = 0; k < 8 * D; ++k) tail[k] = k < rows * D ? block[k] : 0.0f;
-      transpose_block<D>(tail, false, kt);
+  // probs[g][j0, j0 + rows) = scale * q[g] . keys[j], for heads g0 .. g0 + GB.
+  template <int D, int GB>
+  static void scores_block(const float* q, int g0, const float* kt, int n, int j0, int rows,
+                           float scale, float* probs) {
+    __m256 acc[GB];
+    for (int g = 0; g < GB; ++g) acc[g] = _mm256_setzero_ps();
+    for (int k = 0; k < D; ++k) {
+      const __m256 kv = _mm256_load_ps(kt + k * 8);
+      for (int g = 0; g < GB; ++g)
+        acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + (g0 + g) * D + k), kv, acc[g]);
     }
-    for (int g0 = 0; g0 < G; g0 += kGroup)
-      scores_group<D, kGroup>(G - g0 < kGroup ? G - g0 : kGroup, q, g0, kt, n, j0, rows, scale,
-                              probs);
+    const __m256 s = _mm256_set1_ps(scale);
+    for (int g = 0; g < GB; ++g) {
+      float* dst = probs + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(n) +
+                   static_cast<std::size_t>(j0);
+      const __m256 v = _mm256_mul_ps(acc[g], s);
+      if (rows == 8) {
+        _mm256_storeu_ps(dst, v);
+      } else {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, v);
+        for (int i = 0; i < rows; ++i) dst[i] = tmp[i];
+      }
+    }
   }
-}
+};
 
 inline float hmax8(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -182,9 +147,9 @@ void output(const float* probs, int G, int d, int n, const float* values, float*
 void attention_avx2(const float* q, int G, int d, const float* keys, const float* values, int n,
                     float scale, float* out, float* probs) {
   if (d == 64) {
-    scores<64>(q, G, keys, n, scale, probs);
+    scores<Lanes8, 64>(q, G, keys, n, scale, probs);
   } else if (d == 128) {
-    scores<128>(q, G, keys, n, scale, probs);
+    scores<Lanes8, 128>(q, G, keys, n, scale, probs);
   } else {
     attention_impl(q, G, d, keys, values, n, scale, out, probs);
     return;

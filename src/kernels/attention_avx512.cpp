@@ -22,92 +22,55 @@
 #include <limits>
 
 #include "kernels/attention.h"
+#include "kernels/attention_blocked.h"
 #include "kernels/attention_impl.h"
 #include "kernels/avx512_util.h"
 
 namespace rkv::kernels {
 namespace {
 
-constexpr int kGroup = 8;     // heads per pass over a transposed key block
-constexpr int kPvChunk = 64;  // values per chunk of the output pass (16 KiB at d = 64)
-// Cache rows prefetched ahead of the one read. The hardware prefetcher alone left the kernel
-// waiting on memory (measured: rkv_bench --benchmark_filter=Attention, docs/PERFORMANCE.md).
-constexpr int kPrefetchRows = 64;
-
-// Prefetch of the line `ahead` floats after p. Past the end of the cache it is harmless (a
-// prefetch never faults; the address is formed as an integer).
-inline void prefetch_ahead(const float* p, int ahead) {
-  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) +
-                                             static_cast<std::uintptr_t>(ahead) * sizeof(float)),
-               _MM_HINT_T0);
-}
-
 // Lanes [0, min(16, left)).
 inline __mmask16 tail_mask(int left) {
   return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
 }
 
-// 16 rows of D keys from `block` (row stride D), transposed: kt[k * 16 + i] = block[i][k].
-template <int D>
-void transpose_block(const float* block, bool prefetch, float* kt) {
-  for (int c = 0; c < D; c += 16) {
-    __m512i r[16];
-    for (int i = 0; i < 16; ++i) {
-      if (prefetch) prefetch_ahead(block + i * D + c, kPrefetchRows * D);
-      r[i] = _mm512_castps_si512(_mm512_loadu_ps(block + i * D + c));
-    }
-    transpose16x16(r);
-    for (int i = 0; i < 16; ++i) _mm512_store_si512(kt + (c + i) * 16, r[i]);
-  }
-}
+// The width-specific part of the blocked kernel (see attention_blocked.h).
+struct Lanes16 {
+  static constexpr int kLanes = 16;
 
-// probs[g][j0, j0 + rows) = scale * q[g] . keys[j], for heads g0 .. g0 + GB.
-template <int D, int GB>
-void scores_block(const float* q, int g0, const float* kt, int n, int j0, int rows, float scale,
-                  float* probs) {
-  __m512 acc[GB];
-  for (int g = 0; g < GB; ++g) acc[g] = _mm512_setzero_ps();
-  for (int k = 0; k < D; ++k) {
-    const __m512 kv = _mm512_load_ps(kt + k * 16);
+  // 16 rows of D keys from `block` (row stride D), transposed: kt[k * 16 + i] = block[i][k].
+  template <int D>
+  static void transpose_block(const float* block, bool prefetch, float* kt) {
+    for (int c = 0; c < D; c += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) {
+        if (prefetch) prefetch_ahead(block + i * D + c, kPrefetchRows * D);
+        r[i] = _mm512_castps_si512(_mm512_loadu_ps(block + i * D + c));
+      }
+      transpose16x16(r);
+      for (int i = 0; i < 16; ++i) _mm512_store_si512(kt + (c + i) * 16, r[i]);
+    }
+  }
+
+  // probs[g][j0, j0 + rows) = scale * q[g] . keys[j], for heads g0 .. g0 + GB.
+  template <int D, int GB>
+  static void scores_block(const float* q, int g0, const float* kt, int n, int j0, int rows,
+                           float scale, float* probs) {
+    __m512 acc[GB];
+    for (int g = 0; g < GB; ++g) acc[g] = _mm512_setzero_ps();
+    for (int k = 0; k < D; ++k) {
+      const __m512 kv = _mm512_load_ps(kt + k * 16);
+      for (int g = 0; g < GB; ++g)
+        acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[(g0 + g) * D + k]), kv, acc[g]);
+    }
+    const __mmask16 m = tail_mask(rows);
+    const __m512 s = _mm512_set1_ps(scale);
     for (int g = 0; g < GB; ++g)
-      acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[(g0 + g) * D + k]), kv, acc[g]);
+      _mm512_mask_storeu_ps(probs + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(n) +
+                                static_cast<std::size_t>(j0),
+                            m, _mm512_mul_ps(acc[g], s));
   }
-  const __mmask16 m = tail_mask(rows);
-  const __m512 s = _mm512_set1_ps(scale);
-  for (int g = 0; g < GB; ++g)
-    _mm512_mask_storeu_ps(probs + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(n) +
-                              static_cast<std::size_t>(j0),
-                          m, _mm512_mul_ps(acc[g], s));
-}
-
-// scores_block for gb <= GB heads.
-template <int D, int GB>
-void scores_group(int gb, const float* q, int g0, const float* kt, int n, int j0, int rows,
-                  float scale, float* probs) {
-  if constexpr (GB > 1) {
-    if (gb < GB) return scores_group<D, GB - 1>(gb, q, g0, kt, n, j0, rows, scale, probs);
-  }
-  scores_block<D, GB>(q, g0, kt, n, j0, rows, scale, probs);
-}
-
-template <int D>
-void scores(const float* q, int G, const float* keys, int n, float scale, float* probs) {
-  alignas(64) float kt[D * 16];
-  alignas(64) float tail[16 * D];
-  for (int j0 = 0; j0 < n; j0 += 16) {
-    const int rows = n - j0 < 16 ? n - j0 : 16;
-    const float* block = keys + static_cast<std::size_t>(j0) * D;
-    if (rows == 16) {
-      transpose_block<D>(block, true, kt);
-    } else {  // the last, partial block: zero rows after the cache's end
-      for (int k = 0; k < 16 * D; ++k) tail[k] = k < rows * D ? block[k] : 0.0f;
-      transpose_block<D>(tail, false, kt);
-    }
-    for (int g0 = 0; g0 < G; g0 += kGroup)
-      scores_group<D, kGroup>(G - g0 < kGroup ? G - g0 : kGroup, q, g0, kt, n, j0, rows, scale,
-                              probs);
-  }
-}
+};
 
 // softmax_rows of attention_impl.h with vector max and sum (its scalar sum does not vectorise:
 // float addition is not reassociated without -ffast-math).
@@ -193,11 +156,11 @@ void attention_avx512(const float* q, int G, int d, const float* keys, const flo
     return;
   }
   if (d == 64) {
-    scores<64>(q, G, keys, n, scale, probs);
+    scores<Lanes16, 64>(q, G, keys, n, scale, probs);
     softmax_rows_avx512(probs, G, n);
     output<4>(probs, G, n, values, out);
   } else {
-    scores<128>(q, G, keys, n, scale, probs);
+    scores<Lanes16, 128>(q, G, keys, n, scale, probs);
     softmax_rows_avx512(probs, G, n);
     output<8>(probs, G, n, values, out);
   }
