@@ -18,7 +18,6 @@
 #include <immintrin.h>
 
 #include <cstddef>
-#include <cstdint>
 #include <limits>
 
 #include "kernels/attention.h"
@@ -39,7 +38,8 @@ struct Lanes8 {
     for (int c = 0; c < D; c += 8) {
       __m256 r[8];
       for (int i = 0; i < 8; ++i) {
-        if (prefetch && c % 16 == 0) prefetch_ahead(block + i * D + c, kPrefetchRows * D);
+        if (prefetch && c % 16 == 0)
+          prefetch_ahead(block + i * D + c, kPrefetchRows * D * sizeof(float));
         r[i] = _mm256_loadu_ps(block + i * D + c);
       }
       transpose8x8(r);
@@ -124,7 +124,8 @@ void output_chunk(const float* p, const float* values, int d, int c0, int j0, in
   for (int j = j0; j < j1; ++j) {
     const float* vj = values + static_cast<std::size_t>(j) * static_cast<std::size_t>(d) + c0;
     if (prefetch)
-      for (int c = 0; c < 8; c += 2) prefetch_ahead(vj + c * 8, kPrefetchRows * d);
+      for (int c = 0; c < 8; c += 2)
+        prefetch_ahead(vj + c * 8, kPrefetchRows * static_cast<std::size_t>(d) * sizeof(float));
     const __m256 pj = _mm256_broadcast_ss(p + j);
     for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + c * 8), acc[c]);
   }

@@ -18,7 +18,6 @@
 #include <immintrin.h>
 
 #include <cstddef>
-#include <cstdint>
 #include <limits>
 
 #include "kernels/attention.h"
@@ -28,11 +27,6 @@
 
 namespace rkv::kernels {
 namespace {
-
-// Lanes [0, min(16, left)).
-inline __mmask16 tail_mask(int left) {
-  return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
-}
 
 // The width-specific part of the blocked kernel (see attention_blocked.h).
 struct Lanes16 {
@@ -44,7 +38,7 @@ struct Lanes16 {
     for (int c = 0; c < D; c += 16) {
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
-        if (prefetch) prefetch_ahead(block + i * D + c, kPrefetchRows * D);
+        if (prefetch) prefetch_ahead(block + i * D + c, kPrefetchRows * D * sizeof(float));
         r[i] = _mm512_castps_si512(_mm512_loadu_ps(block + i * D + c));
       }
       transpose16x16(r);
@@ -63,7 +57,7 @@ struct Lanes16 {
       for (int g = 0; g < GB; ++g)
         acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[(g0 + g) * D + k]), kv, acc[g]);
     }
-    const __mmask16 m = tail_mask(rows);
+    const __mmask16 m = tail_mask16(static_cast<std::size_t>(rows));
     const __m512 s = _mm512_set1_ps(scale);
     for (int g = 0; g < GB; ++g)
       _mm512_mask_storeu_ps(probs + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(n) +
@@ -79,19 +73,21 @@ void softmax_rows_avx512(float* probs, int G, int n) {
     float* p = probs + static_cast<std::size_t>(g) * static_cast<std::size_t>(n);
     __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     for (int j = 0; j < n; j += 16)
-      m = _mm512_max_ps(m, _mm512_mask_loadu_ps(m, tail_mask(n - j), p + j));
+      m = _mm512_max_ps(
+          m, _mm512_mask_loadu_ps(m, tail_mask16(static_cast<std::size_t>(n - j)), p + j));
     const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));
     for (int j = 0; j < n; j += 16) {
-      const __mmask16 k = tail_mask(n - j);
+      const __mmask16 k = tail_mask16(static_cast<std::size_t>(n - j));
       _mm512_mask_storeu_ps(p + j, k, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, p + j), mx));
     }
     exp_inplace(p, n);
     __m512 sum = _mm512_setzero_ps();
     for (int j = 0; j < n; j += 16)
-      sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(tail_mask(n - j), p + j));
+      sum = _mm512_add_ps(
+          sum, _mm512_maskz_loadu_ps(tail_mask16(static_cast<std::size_t>(n - j)), p + j));
     const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
     for (int j = 0; j < n; j += 16) {
-      const __mmask16 k = tail_mask(n - j);
+      const __mmask16 k = tail_mask16(static_cast<std::size_t>(n - j));
       _mm512_mask_storeu_ps(p + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + j), inv));
     }
   }
@@ -113,7 +109,7 @@ void output_chunk(const float* probs, int n, int g0, const float* values, int j0
     const float* vj = values + static_cast<std::size_t>(j) * d;
     __m512 v[NV];
     for (int c = 0; c < NV; ++c) {
-      prefetch_ahead(vj + c * 16, kPrefetchRows * d);
+      prefetch_ahead(vj + c * 16, kPrefetchRows * d * sizeof(float));
       v[c] = _mm512_loadu_ps(vj + c * 16);
     }
     for (int g = 0; g < GB; ++g) {
@@ -151,17 +147,18 @@ void output(const float* probs, int G, int n, const float* values, float* out) {
 
 void attention_avx512(const float* q, int G, int d, const float* keys, const float* values, int n,
                       float scale, float* out, float* probs) {
-  if (d != 64 && d != 128) {
+  if (d == 64) {
+    scores<Lanes16, 64>(q, G, keys, n, scale, probs);
+  } else if (d == 128) {
+    scores<Lanes16, 128>(q, G, keys, n, scale, probs);
+  } else {
     attention_impl(q, G, d, keys, values, n, scale, out, probs);
     return;
   }
+  softmax_rows_avx512(probs, G, n);
   if (d == 64) {
-    scores<Lanes16, 64>(q, G, keys, n, scale, probs);
-    softmax_rows_avx512(probs, G, n);
     output<4>(probs, G, n, values, out);
   } else {
-    scores<Lanes16, 128>(q, G, keys, n, scale, probs);
-    softmax_rows_avx512(probs, G, n);
     output<8>(probs, G, n, values, out);
   }
 }

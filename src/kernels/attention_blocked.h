@@ -12,10 +12,9 @@
 //     probs[g][j0, j0 + rows) = scale * q[g] . keys[j] for heads g0 .. g0 + GB
 #pragma once
 
-#include <xmmintrin.h>
-
 #include <cstddef>
-#include <cstdint>
+
+#include "kernels/prefetch.h"
 
 namespace rkv::kernels {
 namespace {
@@ -24,15 +23,7 @@ constexpr int kGroup = 8;     // heads per pass over a transposed key block
 constexpr int kPvChunk = 64;  // values per chunk of the output pass (16 KiB at d = 64)
 // Cache rows prefetched ahead of the one read. The hardware prefetcher alone left the kernel
 // waiting on memory (measured: rkv_bench --benchmark_filter=Attention, docs/PERFORMANCE.md).
-constexpr int kPrefetchRows = 64;
-
-// Prefetch of the line `ahead` floats after p. Past the end of the cache it is harmless (a
-// prefetch never faults; the address is formed as an integer).
-inline void prefetch_ahead(const float* p, int ahead) {
-  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) +
-                                             static_cast<std::uintptr_t>(ahead) * sizeof(float)),
-               _MM_HINT_T0);
-}
+constexpr std::size_t kPrefetchRows = 64;
 
 // Kernel::scores_block for gb <= GB heads.
 template <class Kernel, int D, int GB>

@@ -4,8 +4,15 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
+
 namespace rkv::kernels {
 namespace {
+
+// Lanes [0, min(16, n)).
+inline __mmask16 tail_mask16(std::size_t n) {
+  return static_cast<__mmask16>(n >= 16 ? 0xffffu : ((1u << n) - 1u));
+}
 
 // In-place transpose of a 16x16 matrix of 32-bit elements (r[i] = row i on entry, column i on
 // exit).

@@ -24,6 +24,7 @@
 
 #include "kernels/avx2_util.h"
 #include "kernels/kernels.h"
+#include "kernels/prefetch.h"
 
 namespace rkv::kernels {
 
@@ -113,10 +114,7 @@ void gemv_tile(const float* x, std::size_t ldx, const char* w, std::size_t rb, s
     for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
   std::size_t k = 0;
   for (; k + step <= K; k += step) {
-    for (int r = 0; r < R; ++r)
-      _mm_prefetch(
-          reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(w + r * rb + k * es) + pf),
-          _MM_HINT_T0);
+    for (int r = 0; r < R; ++r) prefetch_ahead(w + r * rb + k * es, pf);
     for (std::size_t s = 0; s < step; s += 8) {
       __m256 xv[TT];
       for (int t = 0; t < TT; ++t) xv[t] = _mm256_loadu_ps(x + t * ldx + k + s);

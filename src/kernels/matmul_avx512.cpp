@@ -25,6 +25,7 @@
 
 #include "kernels/avx512_util.h"
 #include "kernels/kernels.h"
+#include "kernels/prefetch.h"
 
 namespace rkv::kernels {
 
@@ -79,10 +80,6 @@ inline __m512 load16_masked(const void* row, std::size_t k, __mmask16 m) {
   }
 }
 
-inline __mmask16 tail_mask16(std::size_t n) {
-  return static_cast<__mmask16>(n >= 16 ? 0xffffu : ((1u << n) - 1u));
-}
-
 // The four horizontal sums of a, b, c, d.
 inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
   const __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
@@ -106,10 +103,7 @@ void gemv_tile(const float* x, std::size_t ldx, const char* w, std::size_t rb, s
     for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps();
   std::size_t k = 0;
   for (; k + step <= K; k += step) {
-    for (int r = 0; r < R; ++r)
-      _mm_prefetch(
-          reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(w + r * rb + k * es) + pf),
-          _MM_HINT_T0);
+    for (int r = 0; r < R; ++r) prefetch_ahead(w + r * rb + k * es, pf);
     for (std::size_t s = 0; s < step; s += 16) {
       __m512 xv[TT];
       for (int t = 0; t < TT; ++t) xv[t] = _mm512_loadu_ps(x + t * ldx + k + s);

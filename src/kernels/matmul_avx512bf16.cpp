@@ -33,6 +33,7 @@
 
 #include "kernels/avx512_util.h"
 #include "kernels/kernels.h"
+#include "kernels/prefetch.h"
 
 namespace rkv::kernels {
 
@@ -81,9 +82,6 @@ class Scratch {
 
 thread_local Scratch tls_x;
 
-inline __mmask16 tail_mask16(std::size_t n) {
-  return static_cast<__mmask16>(n >= 16 ? 0xffffu : ((1u << n) - 1u));
-}
 inline __mmask32 tail_mask32(std::size_t n) {
   return n >= 32 ? 0xffffffffu : static_cast<__mmask32>((1u << n) - 1u);
 }
@@ -124,8 +122,7 @@ inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 
 // y[t][r] = dot(x[t], w[r]) for r < R, t < TT. xs row t: hi at xs + t * ldxs, lo at + kpad.
 // Each weight line read is matched by a prefetch of the line pf elements further on (the same
-// column of the next block of rows, see gemv_rows). An address past the matrix is harmless: a
-// prefetch never faults, and it is formed as an integer.
+// column of the next block of rows, see gemv_rows).
 template <int R, int TT>
 void gemv_tile(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad, const std::uint16_t* w,
                std::size_t K, std::size_t pf, float* y, std::size_t ldy) {
@@ -141,8 +138,7 @@ void gemv_tile(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad, cons
     }
     for (int r = 0; r < R; ++r) {
       const std::uint16_t* wr = w + r * K + k;
-      _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(wr) + 2 * pf),
-                   _MM_HINT_T0);
+      prefetch_ahead(wr, pf * sizeof(std::uint16_t));
       const __m512bh wv = as_bh(_mm512_loadu_si512(wr));
       for (int t = 0; t < TT; ++t) {
         acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xh[t]);
