@@ -15,28 +15,6 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }
 }  // namespace
 
-struct BatchEngine::Sequence {
-  std::uint64_t id = 0;
-  BatchRequest request;
-  int max_new = 0;
-  int capacity = 0;
-  std::size_t slot_bytes = 0;
-  std::unique_ptr<SequenceCompressor> compressor;
-  std::unique_ptr<KvCache> cache;
-  std::unique_ptr<Sampler> sampler;
-  int prefilled = 0;    // prompt tokens already run
-  int next_token = -1;  // sampled and not yet fed to the model
-  std::vector<int> generated;
-  bool finished = false;
-  std::string stop_reason;
-  Clock::time_point submitted, admitted, prefill_done;
-  double decode_seconds = 0.0;
-  int max_entries = 0;
-
-  int prompt_size() const { return static_cast<int>(request.prompt.size()); }
-  bool prefilling() const { return prefilled < prompt_size(); }
-};
-
 BatchEngine::BatchEngine(const Model& model, ThreadPool& pool, BatchEngineOptions options)
     : model_(model), pool_(pool), options_(options) {
   if (options_.prefill_chunk <= 0) throw Error("the prefill chunk must be at least 1 token");
@@ -124,110 +102,143 @@ void BatchEngine::admit() {
   peak_running_ = std::max(peak_running_, static_cast<int>(running_.size()));
 }
 
-void BatchEngine::finish(Sequence& seq, const std::string& reason) {
-  seq.finished = true;
-  seq.stop_reason = reason;
+void BatchEngine::retire(Sequence& s) {
+  BatchResult result;
+  result.id = s.id;
+  result.tokens = std::move(s.generated);
+  result.stop_reason = s.stop_reason;
+  result.prompt_tokens = s.prompt_size();
+  result.kv_bytes = s.slot_bytes;
+  result.cache_capacity = s.capacity;
+  result.compressions = s.compressor->compressions();
+  result.compression_seconds = s.compressor->compression_seconds();
+  result.kv_bytes_used = s.cache ? s.cache->used_kv_bytes() : 0;
+  result.max_cache_entries = s.max_entries;
+  if (s.admitted_yet()) {
+    result.queued_seconds = seconds_between(s.submitted, s.admitted);
+    result.prefill_seconds =
+        s.prefilling() ? seconds_between(s.admitted, Clock::now())
+                       : seconds_between(s.admitted, s.prefill_done);
+    kv_bytes_in_use_ -= s.slot_bytes;
+  } else {
+    result.queued_seconds = seconds_between(s.submitted, Clock::now());
+  }
+  result.decode_seconds = s.decode_seconds;
+  results_.push_back(std::move(result));
 }
 
-bool BatchEngine::step() {
-  admit();
-  if (running_.empty()) return !waiting_.empty();
+bool BatchEngine::cancel(std::uint64_t id) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->id != id) continue;
+    (*it)->finish("cancelled");
+    retire(**it);
+    waiting_.erase(it);
+    return true;
+  }
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if ((*it)->id != id || (*it)->finished) continue;
+    (*it)->finish("cancelled");
+    retire(**it);  // frees the slot now: the next step can admit into it
+    running_.erase(it);
+    return true;
+  }
+  return false;
+}
 
-  // Rows: one decode row per sequence past its prompt, then prompt chunks within the budget.
-  std::vector<ForwardRow> rows;
-  std::vector<Sequence*> row_seq;
-  CompressionObserver observer(&pool_, model_.config().hidden_size);
+BatchEngine::StepPlan BatchEngine::schedule() {
+  admit();
+  StepPlan plan;
+  plan.observer = std::make_unique<CompressionObserver>(&pool_, model_.config().hidden_size);
+  // One decode row per sequence past its prompt...
   for (auto& s : running_) {
     if (s->prefilling() || s->next_token < 0) continue;
     const int position = s->prompt_size() + static_cast<int>(s->generated.size()) - 1;
     s->compressor->begin_decode_step(s->next_token, position, *s->cache);
-    rows.push_back({s->cache.get(), s->next_token, position, true});
-    row_seq.push_back(s.get());
-    observer.attach(s->cache.get(), s->compressor.get());
+    plan.rows.push_back({s->cache.get(), s->next_token, position, true});
+    plan.row_seq.push_back(s.get());
+    plan.observer->attach(s->cache.get(), s->compressor.get());
   }
-  const std::size_t n_decode = rows.size();
+  plan.n_decode = plan.rows.size();
+  // ...then prompt chunks within the prefill budget.
   int prefill_budget = options_.prefill_chunk;
   for (auto& s : running_) {
     if (!s->prefilling() || prefill_budget == 0) continue;
     const int n = std::min(prefill_budget, s->prompt_size() - s->prefilled);
     for (int i = 0; i < n; ++i) {
       const int p = s->prefilled + i;
-      rows.push_back({s->cache.get(), s->request.prompt[static_cast<std::size_t>(p)], p,
-                      p + 1 == s->prompt_size()});
-      row_seq.push_back(s.get());
+      plan.rows.push_back({s->cache.get(), s->request.prompt[static_cast<std::size_t>(p)], p,
+                           p + 1 == s->prompt_size()});
+      plan.row_seq.push_back(s.get());
     }
-    observer.attach(s->cache.get(), s->compressor.get());
+    plan.observer->attach(s->cache.get(), s->compressor.get());
     s->prefilled += n;
     prefill_budget -= n;
   }
+  return plan;
+}
 
+double BatchEngine::run(StepPlan& plan) {
   std::size_t n_logits = 0;
-  for (const auto& r : rows) n_logits += r.want_logits ? 1 : 0;
+  for (const auto& r : plan.rows) n_logits += r.want_logits ? 1 : 0;
   logits_.resize(std::max<std::size_t>(1, n_logits) *
                  static_cast<std::size_t>(model_.config().vocab_size));
   const auto t0 = Clock::now();
-  model_.forward(rows, scratch_, pool_, logits_.data(), &observer);
-  const double step_seconds = seconds_between(t0, Clock::now());
+  model_.forward(plan.rows, scratch_, pool_, logits_.data(), plan.observer.get());
+  const double seconds = seconds_between(t0, Clock::now());
+  ++steps_;
+  step_seconds_ += seconds;
+  return seconds;
+}
 
+void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
   const int V = model_.config().vocab_size;
   for (auto& s : running_) s->max_entries = std::max(s->max_entries, s->cache->length(0));
   std::size_t logit_row = 0;
-  for (std::size_t r = 0; r < rows.size(); ++r) {
-    if (!rows[r].want_logits) continue;
-    Sequence& s = *row_seq[r];
+  for (std::size_t r = 0; r < plan.rows.size(); ++r) {
+    if (!plan.rows[r].want_logits) continue;
+    Sequence& s = *plan.row_seq[r];
     float* logits = logits_.data() + logit_row++ * static_cast<std::size_t>(V);
-    if (r < n_decode) {
+    if (r < plan.n_decode) {
       s.decode_seconds += step_seconds;
-      if (s.request.on_step_time) s.request.on_step_time(rows[r].position, step_seconds);
+      if (s.request.on_step_time) s.request.on_step_time(plan.rows[r].position, step_seconds);
     } else {
       // The prompt is complete: compress it once if it exceeds the budget (ALGORITHMS.md 1).
       s.compressor->compress_after_prefill(*s.cache, s.prompt_size(), &pool_);
       s.max_entries = s.cache->length(0);
       s.prefill_done = Clock::now();
       if (s.max_new == 0) {
-        finish(s, "length");
+        s.finish("length");
         continue;
       }
     }
     const int token = s.sampler->sample(logits, V);
     const auto& eos = s.request.eos_ids;
     if (!s.request.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
-      finish(s, "eos");
+      s.finish("eos");
       continue;
     }
     s.generated.push_back(token);
     if (s.request.on_token && !s.request.on_token(token)) {
-      finish(s, "stopped");
+      s.finish("stopped");
       continue;
     }
     if (static_cast<int>(s.generated.size()) >= s.max_new) {
-      finish(s, "length");
+      s.finish("length");
       continue;
     }
     s.next_token = token;
   }
-
   // Retire finished sequences and free their slots.
-  for (auto& s : running_) {
-    if (!s->finished) continue;
-    BatchResult result;
-    result.id = s->id;
-    result.tokens = std::move(s->generated);
-    result.stop_reason = s->stop_reason;
-    result.prompt_tokens = s->prompt_size();
-    result.kv_bytes = s->slot_bytes;
-    result.cache_capacity = s->capacity;
-    result.compressions = s->compressor->compressions();
-    result.compression_seconds = s->compressor->compression_seconds();
-    result.kv_bytes_used = s->cache->used_kv_bytes();
-    result.max_cache_entries = s->max_entries;
-    result.queued_seconds = seconds_between(s->submitted, s->admitted);
-    result.prefill_seconds = seconds_between(s->admitted, s->prefill_done);
-    result.decode_seconds = s->decode_seconds;
-    results_.push_back(std::move(result));
-    kv_bytes_in_use_ -= s->slot_bytes;
-  }
+  for (auto& s : running_)
+    if (s->finished) retire(*s);
   std::erase_if(running_, [](const auto& s) { return s->finished; });
+}
+
+bool BatchEngine::step() {
+  StepPlan plan = schedule();
+  if (running_.empty()) return !waiting_.empty();
+  const double seconds = run(plan);
+  postprocess(plan, seconds);
   return !running_.empty() || !waiting_.empty();
 }
 

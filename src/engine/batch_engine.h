@@ -10,49 +10,16 @@
 
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "engine/kv_compressor.h"
-#include "engine/sampler.h"
-#include "engine/steering.h"
+#include "engine/batch_request.h"
+#include "engine/sequence.h"
 #include "model/model.h"
 
 namespace rkv {
-
-struct BatchRequest {
-  std::vector<int> prompt;
-  int max_new_tokens = 512;
-  SamplingParams sampling;
-  std::vector<int> eos_ids;
-  bool ignore_eos = false;
-  CompressionParams compression = CompressionParams::defaults(Method::fullkv);
-  CompressionVocab compression_vocab;
-  CompressionListener on_compression;
-  SteeringParams steering;  // SkipKV adaptive steering (default: none)
-  // Called with every generated token (eos excluded); returning false finishes the request.
-  std::function<bool(int token)> on_token;
-  // Optional per-token timing hook: called after each decode step of this sequence with the
-  // token's position and the step's wall time in seconds (the latency-against-position plot).
-  std::function<void(int position, double seconds)> on_step_time;
-};
-
-struct BatchResult {
-  std::uint64_t id = 0;
-  std::vector<int> tokens;
-  std::string stop_reason;  // "eos", "length", "stopped"
-  int prompt_tokens = 0;
-  std::size_t kv_bytes = 0;  // the sequence's slot
-  int cache_capacity = 0;
-  std::int64_t compressions = 0;
-  double compression_seconds = 0.0;
-  std::size_t kv_bytes_used = 0;  // entries held at the end
-  int max_cache_entries = 0;      // most entries a head held after any step
-  double queued_seconds = 0.0, prefill_seconds = 0.0, decode_seconds = 0.0;
-};
 
 struct BatchEngineOptions {
   std::size_t kv_memory_bytes = 0;  // 0: no cap
@@ -76,8 +43,16 @@ class BatchEngine {
   // fit under the memory cap; the engine and the other requests are untouched.
   std::uint64_t submit(BatchRequest request);
 
-  // One engine step: admits what fits, runs one forward pass, samples, retires finished
-  // sequences. Returns false when nothing is running or waiting.
+  // Finishes a request now: a waiting one leaves the queue, a running one frees its slot
+  // (stop reason "cancelled"; its result is available at once). Call between steps, from the
+  // thread that steps. Returns false when no unfinished request has this id.
+  bool cancel(std::uint64_t id);
+
+  // One engine step, in three phases (as a reader of nano-vllm's scheduler would look for them):
+  // schedule() admits what fits under the cap and lays out the forward pass's rows (one decode
+  // row per running sequence, then prompt chunks); run() is the forward pass; postprocess()
+  // samples, applies the stop conditions and retires finished sequences. Returns false when
+  // nothing is running or waiting.
   bool step();
   // Steps until every request has finished.
   void run();
@@ -90,11 +65,22 @@ class BatchEngine {
   std::size_t kv_bytes_in_use() const { return kv_bytes_in_use_; }
   std::size_t peak_kv_bytes() const { return peak_kv_bytes_; }
   int peak_running() const { return peak_running_; }
+  std::int64_t steps() const { return steps_; }            // forward passes run
+  double step_seconds() const { return step_seconds_; }    // their total wall time
 
  private:
-  struct Sequence;
+  // The rows of one forward pass and the sequence each row belongs to.
+  struct StepPlan {
+    std::vector<ForwardRow> rows;
+    std::vector<Sequence*> row_seq;
+    std::size_t n_decode = 0;  // the first n_decode rows are decode rows
+    std::unique_ptr<CompressionObserver> observer;
+  };
   void admit();
-  void finish(Sequence& seq, const std::string& reason);
+  StepPlan schedule();
+  double run(StepPlan& plan);  // returns the forward pass's wall time
+  void postprocess(const StepPlan& plan, double step_seconds);
+  void retire(Sequence& seq);
 
   const Model& model_;
   ThreadPool& pool_;
@@ -107,6 +93,8 @@ class BatchEngine {
   std::size_t kv_bytes_in_use_ = 0;
   std::size_t peak_kv_bytes_ = 0;
   int peak_running_ = 0;
+  std::int64_t steps_ = 0;
+  double step_seconds_ = 0.0;
   std::vector<float> logits_;
 };
 

@@ -10,10 +10,8 @@
 
 #include "core/error.h"
 #include "core/svg_plot.h"
-#include "engine/batch_engine.h"
-#include "engine/compression_vocab.h"
 #include "model/model.h"
-#include "rkv/chat_template.h"
+#include "rkv/engine.h"
 #include "rkv/tokenizer.h"
 
 namespace rkv::eval {
@@ -164,20 +162,15 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
   std::filesystem::create_directories(o.out_dir);
   const auto samples_path = o.out_dir / "samples.jsonl";
 
-  // Prompts, once per problem.
-  const ChatTemplate chat = resolve_chat_template(tokenizer, o.chat_template);
-  std::vector<std::vector<int>> prompts;
-  for (const auto& ex : dataset.examples) {
-    const std::string text =
-        render_chat(chat, {{"user", render_prompt(o.prompt_template, ex.question)}}, true);
-    const auto ids = tokenizer.encode(text, true);
-    prompts.emplace_back(ids.begin(), ids.end());
-  }
+  // Prompts, once per problem: the user turn; the engine renders the chat template.
+  std::vector<std::string> questions;
+  for (const auto& ex : dataset.examples)
+    questions.push_back(render_prompt(o.prompt_template, ex.question));
   const int max_new = o.max_new_tokens > 0 ? o.max_new_tokens : dataset.max_length;
-  const CompressionVocab vocab = compression_vocab(tokenizer);
-  std::vector<int> eos = model.config().eos_token_ids;
-  for (int id : tokenizer.eos_ids())
-    if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+  EngineOptions engine_options;
+  engine_options.kv_memory_bytes = o.kv_memory_bytes;
+  engine_options.max_batch = o.max_batch;
+  engine_options.chat_template = o.chat_template;
 
   std::set<std::string> done;
   RunSummary summary;
@@ -216,37 +209,31 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
         jobs.push_back(j);
     }
     if (jobs.empty()) return;
-    BatchEngineOptions engine_options;
-    engine_options.kv_memory_bytes = o.kv_memory_bytes;
-    engine_options.max_batch = o.max_batch;
-    BatchEngine engine(model, pool, engine_options);
+    Engine engine(model, &tokenizer, pool, engine_options);
     std::map<std::uint64_t, std::size_t> job_of;
     std::int64_t tokens = 0;
     for (std::size_t i = 0; i < jobs.size(); ++i) {
       const Job& j = jobs[i];
-      BatchRequest r;
-      r.prompt = prompts[j.example->index];
+      Request r;
+      r.messages = {{"user", questions[j.example->index]}};
       r.max_new_tokens = max_new;
       r.sampling.temperature = o.temperature;
       r.sampling.top_p = o.top_p;
       r.sampling.top_k = o.top_k;
       r.sampling.seed = sample_seed(o.seed, j.example->index, j.sample);
-      r.eos_ids = eos;
+      r.decode_text = false;  // graded from the ids, special tokens skipped
       r.compression = make_params(j.method, j.budget);
-      r.compression_vocab = vocab;
       r.steering = o.steering;
-      r.on_token = [&tokens](int) {
-        ++tokens;
-        return true;
-      };
-      job_of[engine.submit(std::move(r))] = i;
+      job_of[engine.submit(engine.prepare(std::move(r)),
+                           {.on_token = [&tokens](const TokenEvent&) { ++tokens; }, .on_done = {}})] = i;
     }
     const auto t0 = Clock::now();
     auto last = t0;
     std::size_t finished = 0;
     for (bool more = true; more;) {
       more = engine.step();
-      for (auto& result : engine.take_results()) {
+      for (auto& result : engine.take_completions()) {
+        if (result.stop_reason == "error") throw Error(result.error);
         const Job& j = jobs[job_of.at(result.id)];
         const std::string text = tokenizer.decode(
             std::vector<std::int32_t>(result.tokens.begin(), result.tokens.end()), true);

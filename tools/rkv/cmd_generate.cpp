@@ -10,14 +10,10 @@
 #include "core/error.h"
 #include "engine/case_dump.h"
 #include "engine/compression_trace.h"
-#include "engine/compression_vocab.h"
-#include "engine/generator.h"
-#include "engine/steering.h"
-#include "engine/stop_matcher.h"
-#include "kernels/kernels.h"
+#include "core/thread_pool.h"
 #include "kv_options.h"
 #include "model/model.h"
-#include "rkv/chat_template.h"
+#include "rkv/engine.h"
 #include "rkv/tokenizer.h"
 #include "steering_options.h"
 
@@ -63,112 +59,88 @@ void run(const Args& a) {
   const int sources = !a.prompt.empty() + !a.prompt_file.empty() + !a.prompt_ids.empty();
   if (sources != 1) throw Error("give exactly one of --prompt, --file or --prompt-ids");
   if (!a.prompt_ids.empty() && a.chat) throw Error("--chat needs a text prompt, not --prompt-ids");
+  if (!a.stops.empty() && a.print_ids)
+    throw Error("--stop needs text output: drop --print-ids");
 
-  const CompressionParams kv_params = a.kv->params();
-  // SkipKV sentences and steering find delimiters and keywords in the tokens' text.
-  const bool needs_token_text = kv_params.method == Method::skipkv || !a.steering->path.empty();
+  Request request;
+  request.compression = a.kv->params();
+  // Token ids in and out need no tokenizer, unless SkipKV or steering read the tokens' text.
+  const bool needs_tokenizer = a.prompt_ids.empty() || !a.print_ids ||
+                               request.compression.method == Method::skipkv ||
+                               !a.steering->path.empty();
   auto model = Model::load(a.model);
-  const ModelConfig& c = model->config();
   std::unique_ptr<Tokenizer> tokenizer;
-  std::vector<int> prompt;
-  if (!a.prompt_ids.empty()) {
-    prompt = parse_int_list(a.prompt_ids, "--prompt-ids");
-    // Text output still needs a tokenizer; token ids alone (--print-ids) do not.
-    if (!a.print_ids || needs_token_text)
-      tokenizer =
-          std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
-  } else {
+  if (needs_tokenizer)
     tokenizer =
         std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
-    std::string text = a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file);
+  if (!a.prompt_ids.empty()) {
+    request.prompt_ids = parse_int_list(a.prompt_ids, "--prompt-ids");
+    if (request.prompt_ids.empty()) throw Error("--prompt-ids: give at least one token id");
+  } else {
+    const std::string text = a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file);
     if (a.chat) {
-      const ChatTemplate chat_template = resolve_chat_template(*tokenizer, a.chat_template);
-      std::vector<ChatMessage> messages;
-      if (!a.system.empty()) messages.push_back({"system", a.system});
-      messages.push_back({"user", text});
-      text = render_chat(chat_template, messages, true);
+      if (!a.system.empty()) request.messages.push_back({"system", a.system});
+      request.messages.push_back({"user", text});
+    } else {
+      request.text = text;
     }
-    const auto ids = tokenizer->encode(text, true);
-    prompt.assign(ids.begin(), ids.end());
   }
-
-  GenerateOptions options;
-  options.max_new_tokens = a.n_predict;
-  options.sampling.temperature = a.temperature;
-  options.sampling.top_k = a.top_k;
-  options.sampling.top_p = a.top_p;
-  options.sampling.min_p = a.min_p;
-  options.sampling.seed = a.seed >= 0 ? static_cast<std::uint64_t>(a.seed) : std::random_device{}();
-  options.ignore_eos = a.ignore_eos;
-  options.context_size = a.ctx_size;
-  options.eos_ids = c.eos_token_ids;
-  if (tokenizer)
-    for (int id : tokenizer->eos_ids())
-      if (std::find(options.eos_ids.begin(), options.eos_ids.end(), id) == options.eos_ids.end())
-        options.eos_ids.push_back(id);
-
-  options.compression = kv_params;
-  if (tokenizer) options.compression_vocab = compression_vocab(*tokenizer);
-  if (options.compression.trigger == Trigger::newline &&
-      options.compression_vocab.newline_ids.empty())
-    throw Error(
-        "--kv-trigger newline needs the tokenizer's line-break tokens, and none were found");
-  if (options.compression.think_only && options.compression_vocab.think_end_id < 0)
-    throw Error("--kv-think-only needs a </think> token, and the tokenizer has none");
-  options.steering = a.steering->load(*model);
+  request.max_new_tokens = a.n_predict;
+  request.sampling.temperature = a.temperature;
+  request.sampling.top_k = a.top_k;
+  request.sampling.top_p = a.top_p;
+  request.sampling.min_p = a.min_p;
+  request.sampling.seed = a.seed >= 0 ? static_cast<std::uint64_t>(a.seed) : std::random_device{}();
+  request.stop = a.stops;
+  request.ignore_eos = a.ignore_eos;
+  request.decode_text = !a.print_ids;
+  request.steering = a.steering->load(*model);
   std::unique_ptr<CompressionTrace> trace;
   std::unique_ptr<CaseDumper> dumper;
   if (!a.trace.empty()) trace = std::make_unique<CompressionTrace>(a.trace);
   if (!a.dump_case.empty())
     dumper =
-        std::make_unique<CaseDumper>(a.dump_case, options.compression.method, a.dump_case_limit);
+        std::make_unique<CaseDumper>(a.dump_case, request.compression.method, a.dump_case_limit);
   if (trace || dumper) {
-    options.on_compression = [&trace, &dumper](const CompressionEvent& e) {
+    request.on_compression = [&trace, &dumper](const CompressionEvent& e) {
       if (trace) trace->record(e);
       if (dumper) dumper->record(e);
     };
   }
 
   ThreadPool pool(a.threads);
-  Generator generator(*model, pool);
-  std::vector<int> generated;
-  StopMatcher stops(a.stops);
-  std::unique_ptr<StreamingDecoder> decoder;
-  if (tokenizer && !a.print_ids) decoder = std::make_unique<StreamingDecoder>(*tokenizer);
-  const bool need_text = decoder != nullptr;
-  if (!a.stops.empty() && !need_text && !tokenizer)
-    throw Error("--stop needs text: give a tokenizer (the model directory's) or drop --print-ids");
-
-  GenerateStats stats = generator.generate(prompt, options, [&](int token) {
-    generated.push_back(token);
-    if (!need_text) return true;
-    const std::string out = stops.push(decoder->push(token));
-    std::fwrite(out.data(), 1, out.size(), stdout);
-    std::fflush(stdout);
-    return !stops.stopped();
-  });
-  if (need_text && !stops.stopped()) {
-    const std::string tail = stops.push(decoder->flush()) + stops.flush();
-    std::fwrite(tail.data(), 1, tail.size(), stdout);
-  }
-  if (a.print_ids) {
-    std::printf("%s\n", int_list_json(generated).c_str());
-  } else {
+  EngineOptions engine_options;
+  engine_options.context_size = a.ctx_size;
+  engine_options.prefill_chunk = 512;
+  engine_options.chat_template = a.chat_template;
+  Engine engine(*model, tokenizer.get(), pool, engine_options);
+  const std::uint64_t seed = request.sampling.seed;
+  engine.submit(engine.prepare(std::move(request)), {.on_token = [](const TokenEvent& e) {
+                  std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+                  std::fflush(stdout);
+                },
+                .on_done = {}});
+  engine.run_until_idle();
+  const Completion c = engine.take_completions().at(0);
+  if (c.stop_reason == "error") throw Error(c.error);
+  if (a.print_ids)
+    std::printf("%s\n", int_list_json(c.tokens).c_str());
+  else
     std::printf("\n");
-  }
   std::fflush(stdout);
+  const double prefill_rate = c.prefill_seconds > 0 ? c.prompt_tokens / c.prefill_seconds : 0.0;
+  const double decode_rate =
+      c.decode_seconds > 0 ? static_cast<double>(c.tokens.size()) / c.decode_seconds : 0.0;
   std::fprintf(stderr,
-               "[rkv] prompt tokens: %d, generated tokens: %d, prefill: %.2f tokens/s, decode: "
+               "[rkv] prompt tokens: %d, generated tokens: %zu, prefill: %.2f tokens/s, decode: "
                "%.2f tokens/s, "
                "stop: %s, KV cache: %zu bytes (%s; %d entries per head, %s, %lld compressions), "
                "seed: %llu\n",
-               stats.prompt_tokens, stats.generated_tokens, stats.prefill_tokens_per_second(),
-               stats.decode_tokens_per_second(), stats.stop_reason.c_str(),
-               stats.kv_bytes_allocated,
-               format_bytes(static_cast<double>(stats.kv_bytes_allocated)).c_str(),
-               stats.cache_capacity, std::string(method_name(options.compression.method)).c_str(),
-               static_cast<long long>(stats.compressions),
-               static_cast<unsigned long long>(options.sampling.seed));
+               c.prompt_tokens, c.tokens.size(), prefill_rate, decode_rate,
+               c.stop_reason == "stop" ? "stopped" : c.stop_reason.c_str(), c.kv_bytes,
+               format_bytes(static_cast<double>(c.kv_bytes)).c_str(), c.cache_capacity,
+               std::string(method_name(c.compression.method)).c_str(),
+               static_cast<long long>(c.compressions), static_cast<unsigned long long>(seed));
 }
 
 void setup(CLI::App& app) {

@@ -1,0 +1,199 @@
+// The engine as a library (DESIGN.md property 7): load a model once, submit requests (text, chat
+// messages or token ids; sampling; stop strings; a KV compression method and its settings),
+// receive their tokens and text as they are generated and a final result, cancel them. The CLI's
+// `generate` and `eval` and the HTTP server (`rkv serve`) are front ends of this one API.
+//
+//   rkv::Engine engine(model, &tokenizer, pool, {.kv_memory_bytes = 1 << 30});
+//   rkv::Request r;
+//   r.messages = {{"user", "What is 17*24?"}};
+//   r.max_new_tokens = 4096;
+//   r.compression = rkv::CompressionParams::defaults(rkv::Method::rkv);
+//   engine.submit(engine.prepare(r), {.on_token = [](const rkv::TokenEvent& e) {
+//     std::fwrite(e.text.data(), 1, e.text.size(), stdout); }, .on_done = {}});
+//   engine.run_until_idle();                       // or engine.start(): a thread of its own
+//   rkv::Completion c = engine.take_completions().at(0);
+//
+// Threads: prepare(), submit(), cancel() and stats() may be called from any thread. step() and
+// run_until_idle() run the batch on the calling thread; start() gives the engine a thread of its
+// own (one engine thread owns the batch), and then nothing else may step. Callbacks run on the
+// thread that steps, between forward passes: keep them short.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "engine/steering.h"
+#include "rkv/chat_template.h"
+#include "rkv/compression.h"
+#include "rkv/sampling.h"
+
+namespace rkv {
+
+class Model;
+class Tokenizer;
+class ThreadPool;
+class BatchEngine;
+struct CompressionEvent;
+
+struct EngineOptions {
+  std::size_t kv_memory_bytes = 0;  // cap on all running sequences' KV slots (0: none)
+  int max_batch = 0;                // most sequences running at once (0: as the cap allows)
+  int prefill_chunk = 256;          // prompt tokens per step, over all prefilling sequences
+  int context_size = 0;             // 0: the model's max_position_embeddings
+  std::string chat_template;        // family for `messages` ("" or "auto": detected)
+};
+
+struct Request {
+  // The prompt: exactly one of text (encoded with the tokenizer, BOS as the tokenizer adds it),
+  // chat messages (rendered with the engine's chat template, ending with the opening of the
+  // assistant's turn) or token ids.
+  std::string text;
+  std::vector<ChatMessage> messages;
+  std::vector<int> prompt_ids;
+
+  int max_new_tokens = 256;
+  // false: generation stops when the context is full (the CLI); true: a prompt plus
+  // max_new_tokens beyond the context is an error (the server, as OpenAI's API does).
+  bool strict_length = false;
+  SamplingParams sampling;
+  std::vector<std::string> stop;  // stop strings: the text ends before the first one found
+  bool ignore_eos = false;
+  bool decode_text = true;  // stream text (needs a tokenizer); false: token ids only
+  CompressionParams compression = CompressionParams::defaults(Method::fullkv);
+  SteeringParams steering;  // SkipKV adaptive steering (default: none)
+  std::function<void(const CompressionEvent&)> on_compression;  // traces, case dumps
+};
+
+// A request that passed validation, with its prompt as token ids: what submit() takes.
+struct PreparedRequest {
+  Request request;
+  std::vector<int> prompt;          // the token ids the model will see
+  std::vector<int> eos_ids;         // the model's and the tokenizer's end-of-sequence ids
+  int max_new_tokens = 0;           // clipped to the context
+  bool starts_in_reasoning = false;  // the prompt opens a <think> block (DeepSeek-R1 template)
+  std::size_t slot_bytes = 0;        // its KV slot (cache at capacity)
+  int cache_capacity = 0;            // entries per (layer, KV head)
+};
+
+struct TokenEvent {
+  std::uint64_t id = 0;
+  int token = -1;         // -1: text released when generation ended, with no new token
+  std::string_view text;  // the text this token completes (held back near stop strings)
+};
+
+struct Completion {
+  std::uint64_t id = 0;
+  std::vector<int> tokens;    // generated ids (eos excluded)
+  std::string text;           // generated text, cut before a stop string (empty without text)
+  std::string finish_reason;  // OpenAI's: "stop" (eos or a stop string), "length", "cancelled",
+                              // "error"
+  std::string stop_reason;    // finer: "eos", "stop", "length", "cancelled", "error"
+  std::string matched_stop;   // the stop string that ended it
+  std::string error;          // for "error"
+  int prompt_tokens = 0;
+  int reasoning_tokens = 0;  // generated tokens up to and including </think>
+  CompressionParams compression;
+  std::size_t kv_bytes = 0;       // the slot
+  std::size_t kv_bytes_used = 0;  // entries held at the end
+  int cache_capacity = 0;
+  int max_cache_entries = 0;
+  std::int64_t compressions = 0;
+  double compression_seconds = 0.0;
+  double queued_seconds = 0.0, prefill_seconds = 0.0, decode_seconds = 0.0;
+};
+
+struct RequestCallbacks {
+  std::function<void(const TokenEvent&)> on_token;
+  // Called once, last. Without it the completion is kept for take_completions().
+  std::function<void(const Completion&)> on_done;
+};
+
+struct EngineStats {
+  int running = 0;
+  int waiting = 0;  // submitted and not yet running (including those not yet seen by a step)
+  std::size_t kv_bytes_in_use = 0;
+  std::size_t kv_bytes_cap = 0;
+  std::size_t peak_kv_bytes = 0;
+  int peak_running = 0;
+  std::int64_t prompt_tokens = 0;     // of finished requests
+  std::int64_t generated_tokens = 0;  // every generated token so far
+  std::int64_t compressions = 0;      // of finished requests
+  std::int64_t steps = 0;             // forward passes
+  double step_seconds = 0.0;          // their total wall time
+  std::int64_t finished = 0, cancelled = 0, failed = 0;
+};
+
+class Engine {
+ public:
+  // The model, tokenizer (may be null: token ids only) and pool must outlive the engine.
+  Engine(const Model& model, const Tokenizer* tokenizer, ThreadPool& pool,
+         EngineOptions options = {});
+  ~Engine();  // stops the engine thread; unfinished requests are cancelled
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const Model& model() const { return model_; }
+  const Tokenizer* tokenizer() const { return tokenizer_; }
+  const ChatTemplate& chat_template() const { return chat_template_; }
+  const EngineOptions& options() const { return options_; }
+  int context_size() const;
+
+  // The one place a request is validated: prompt source, tokens in the vocabulary, lengths
+  // against the context, sampling, compression settings and the token ids their triggers need,
+  // steering, a slot that can fit under the cap. Throws rkv::Error with a message for the user.
+  PreparedRequest prepare(Request request) const;
+
+  // Queues a prepared request; returns its id. Thread-safe.
+  std::uint64_t submit(PreparedRequest request, RequestCallbacks callbacks = {});
+  // Cancels a request (waiting or running): it finishes with "cancelled" at the next step and
+  // its slot is free for the step after. Thread-safe; unknown or finished ids are ignored.
+  void cancel(std::uint64_t id);
+
+  // One step on the calling thread; false when nothing is running or waiting.
+  bool step();
+  void run_until_idle();
+  // Completions of requests submitted without on_done, in finishing order (moved out).
+  std::vector<Completion> take_completions();
+
+  // A thread of the engine's own steps whenever there is work (and sleeps otherwise).
+  void start();
+  void stop();
+
+  EngineStats stats() const;
+
+ private:
+  struct Active;
+  void drain_inbox();
+  void complete(Active& a, Completion c);
+
+  const Model& model_;
+  const Tokenizer* tokenizer_;
+  ThreadPool& pool_;
+  EngineOptions options_;
+  ChatTemplate chat_template_;
+  struct Vocab;
+  std::unique_ptr<Vocab> vocab_;
+  std::unique_ptr<BatchEngine> batch_;
+  std::map<std::uint64_t, std::unique_ptr<Active>> active_;  // by batch id (engine thread)
+
+  mutable std::mutex mutex_;  // guards everything below
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<Active>> inbox_;
+  std::vector<std::uint64_t> cancels_;
+  std::vector<Completion> completions_;
+  std::uint64_t next_id_ = 1;
+  EngineStats stats_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace rkv

@@ -1,0 +1,46 @@
+// What the batch engine takes and gives back for one sequence.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/kv_compressor.h"
+#include "engine/sampler.h"
+#include "engine/steering.h"
+
+namespace rkv {
+
+struct BatchRequest {
+  std::vector<int> prompt;
+  int max_new_tokens = 512;
+  SamplingParams sampling;
+  std::vector<int> eos_ids;
+  bool ignore_eos = false;
+  CompressionParams compression = CompressionParams::defaults(Method::fullkv);
+  CompressionVocab compression_vocab;
+  CompressionListener on_compression;
+  SteeringParams steering;  // SkipKV adaptive steering (default: none)
+  // Called with every generated token (eos excluded); returning false finishes the request.
+  std::function<bool(int token)> on_token;
+  // Optional per-token timing hook: called after each decode step of this sequence with the
+  // token's position and the step's wall time in seconds (the latency-against-position plot).
+  std::function<void(int position, double seconds)> on_step_time;
+};
+
+struct BatchResult {
+  std::uint64_t id = 0;
+  std::vector<int> tokens;
+  std::string stop_reason;  // "eos", "length", "stopped", "cancelled"
+  int prompt_tokens = 0;
+  std::size_t kv_bytes = 0;  // the sequence's slot
+  int cache_capacity = 0;
+  std::int64_t compressions = 0;
+  double compression_seconds = 0.0;
+  std::size_t kv_bytes_used = 0;  // entries held at the end
+  int max_cache_entries = 0;      // most entries a head held after any step
+  double queued_seconds = 0.0, prefill_seconds = 0.0, decode_seconds = 0.0;
+};
+
+}  // namespace rkv

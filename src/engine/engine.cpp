@@ -1,0 +1,346 @@
+#include "rkv/engine.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "engine/batch_engine.h"
+#include "engine/compression_vocab.h"
+#include "engine/text_stream.h"
+#include "model/model.h"
+#include "rkv/tokenizer.h"
+
+namespace rkv {
+
+struct Engine::Vocab {
+  CompressionVocab compression;  // token ids and text the compression triggers need
+  std::vector<int> eos_ids;      // the model's, then the tokenizer's
+  int think_start_id = -1;       // <think>
+};
+
+// A request from submission to completion (owned by the inbox, then by active_).
+struct Engine::Active {
+  std::uint64_t id = 0;
+  PreparedRequest prepared;
+  RequestCallbacks callbacks;
+  std::unique_ptr<TextStream> text;
+  bool in_reasoning = false;
+  int reasoning_tokens = 0;
+  bool cancel_requested = false;
+};
+
+Engine::Engine(const Model& model, const Tokenizer* tokenizer, ThreadPool& pool,
+               EngineOptions options)
+    : model_(model), tokenizer_(tokenizer), pool_(pool), options_(std::move(options)) {
+  BatchEngineOptions b;
+  b.kv_memory_bytes = options_.kv_memory_bytes;
+  b.max_batch = options_.max_batch;
+  b.prefill_chunk = options_.prefill_chunk;
+  b.context_size = options_.context_size;
+  batch_ = std::make_unique<BatchEngine>(model_, pool_, b);
+  vocab_ = std::make_unique<Vocab>();
+  vocab_->eos_ids = model_.config().eos_token_ids;
+  if (tokenizer_ != nullptr) {
+    chat_template_ = resolve_chat_template(*tokenizer_, options_.chat_template);
+    vocab_->compression = compression_vocab(*tokenizer_);
+    for (int id : tokenizer_->eos_ids())
+      if (std::find(vocab_->eos_ids.begin(), vocab_->eos_ids.end(), id) == vocab_->eos_ids.end())
+        vocab_->eos_ids.push_back(id);
+    vocab_->think_start_id = tokenizer_->token_id("<think>");
+  } else if (!options_.chat_template.empty() && options_.chat_template != "auto") {
+    chat_template_ = make_chat_template(parse_chat_template_name(options_.chat_template));
+  }
+  stats_.kv_bytes_cap = options_.kv_memory_bytes;
+}
+
+Engine::~Engine() {
+  stop();
+}
+
+int Engine::context_size() const {
+  return options_.context_size > 0 ? options_.context_size
+                                   : model_.config().max_position_embeddings;
+}
+
+PreparedRequest Engine::prepare(Request request) const {
+  const ModelConfig& c = model_.config();
+  const int sources =
+      !request.text.empty() + !request.messages.empty() + !request.prompt_ids.empty();
+  if (sources != 1)
+    throw Error(sources == 0 ? "the prompt is empty: give text, chat messages or token ids"
+                             : "give exactly one prompt: text, chat messages or token ids");
+  const bool needs_tokenizer = !request.text.empty() || !request.messages.empty() ||
+                               request.decode_text || !request.stop.empty() ||
+                               request.compression.method == Method::skipkv ||
+                               request.steering.enabled();
+  if (needs_tokenizer && tokenizer_ == nullptr)
+    throw Error(
+        "this request needs a tokenizer (text, chat messages, stop strings, text output, skipkv "
+        "or steering), and the engine has none");
+  for (const auto& s : request.stop)
+    if (s.empty()) throw Error("a stop string is empty");
+
+  PreparedRequest p;
+  bool opens_think = false;
+  if (!request.prompt_ids.empty()) {
+    p.prompt = request.prompt_ids;
+  } else {
+    std::string text = request.text;
+    if (!request.messages.empty()) {
+      text = render_chat(chat_template_, request.messages, true);
+      opens_think = chat_template_.open_think;
+    }
+    const auto ids = tokenizer_->encode(text, true);
+    p.prompt.assign(ids.begin(), ids.end());
+    if (p.prompt.empty()) throw Error("the prompt is empty after tokenization");
+  }
+  for (int id : p.prompt)
+    if (id < 0 || id >= c.vocab_size)
+      throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                  std::to_string(c.vocab_size) + ")");
+  if (request.max_new_tokens < 0) throw Error("the number of tokens to generate must be >= 0");
+  const int context = context_size();
+  const int prompt = static_cast<int>(p.prompt.size());
+  if (prompt >= context)
+    throw Error("the prompt has " + std::to_string(prompt) +
+                " tokens, which does not fit the context of " + std::to_string(context) +
+                " tokens (raise --ctx-size or shorten the prompt)");
+  if (request.strict_length && prompt + request.max_new_tokens > context)
+    throw Error("the context is " + std::to_string(context) + " tokens, but " +
+                std::to_string(prompt + request.max_new_tokens) + " were requested (" +
+                std::to_string(prompt) + " in the prompt, " +
+                std::to_string(request.max_new_tokens) +
+                " to generate): lower the number of tokens to generate or shorten the prompt");
+  request.sampling.validate();
+  request.compression.validate();
+  request.steering.validate();
+  const CompressionVocab& vocab = vocab_->compression;
+  if (request.compression.trigger == Trigger::newline && vocab.newline_ids.empty())
+    throw Error("the newline trigger needs the tokenizer's line-break tokens, and none were found");
+  if (request.compression.think_only && vocab.think_end_id < 0)
+    throw Error("think-only compression needs a </think> token, and the tokenizer has none");
+  if (request.steering.enabled())
+    check_steering_vector(*request.steering.vector, c, {}, "steering");
+
+  // The slot: what admission will reserve under the cap (SequenceCompressor validates the
+  // method's settings against the vocabulary too).
+  const SequenceCompressor compressor(request.compression, vocab, request.steering);
+  p.max_new_tokens = std::min(request.max_new_tokens, context - prompt);
+  p.cache_capacity = compressor.cache_capacity(prompt, p.max_new_tokens);
+  p.slot_bytes =
+      KvCache::kv_bytes_for(model_.cache_shape(p.cache_capacity, compressor.window()));
+  if (options_.kv_memory_bytes > 0 && p.slot_bytes > options_.kv_memory_bytes)
+    throw Error("the request needs a KV cache of " + std::to_string(p.slot_bytes) + " bytes (" +
+                std::to_string(p.cache_capacity) +
+                " entries per head), more than the whole KV memory cap of " +
+                std::to_string(options_.kv_memory_bytes) +
+                " bytes: lower the budget or the tokens to generate, or raise the cap");
+  p.eos_ids = vocab_->eos_ids;
+  const int think_start = vocab_->think_start_id;
+  p.starts_in_reasoning =
+      opens_think || (think_start >= 0 && !p.prompt.empty() && p.prompt.back() == think_start);
+  p.request = std::move(request);
+  return p;
+}
+
+std::uint64_t Engine::submit(PreparedRequest request, RequestCallbacks callbacks) {
+  auto a = std::make_unique<Active>();
+  a->prepared = std::move(request);
+  a->callbacks = std::move(callbacks);
+  a->in_reasoning = a->prepared.starts_in_reasoning;
+  if (a->prepared.request.decode_text || !a->prepared.request.stop.empty()) {
+    if (tokenizer_ == nullptr) throw Error("text output needs a tokenizer");
+    a->text = std::make_unique<TextStream>(*tokenizer_, a->prepared.request.stop);
+  }
+  std::lock_guard lock(mutex_);
+  a->id = next_id_++;
+  const std::uint64_t id = a->id;
+  inbox_.push_back(std::move(a));
+  ++stats_.waiting;
+  wake_.notify_all();
+  return id;
+}
+
+void Engine::cancel(std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  cancels_.push_back(id);
+  wake_.notify_all();
+}
+
+void Engine::complete(Active& a, Completion c) {
+  c.id = a.id;
+  c.reasoning_tokens = a.reasoning_tokens;
+  c.compression = a.prepared.request.compression;
+  if (a.text) {
+    const std::string tail = a.text->finish();
+    if (!tail.empty() && a.callbacks.on_token) a.callbacks.on_token({a.id, -1, tail});
+    c.text = a.text->text();
+    c.matched_stop = a.text->matched();
+  }
+  if (c.stop_reason == "eos" || c.stop_reason == "stop")
+    c.finish_reason = "stop";
+  else
+    c.finish_reason = c.stop_reason;
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.finished;
+    if (c.stop_reason == "cancelled") ++stats_.cancelled;
+    if (c.stop_reason == "error") ++stats_.failed;
+    stats_.prompt_tokens += c.prompt_tokens;
+    stats_.compressions += c.compressions;
+    if (!a.callbacks.on_done) completions_.push_back(c);
+  }
+  if (a.callbacks.on_done) a.callbacks.on_done(c);
+}
+
+void Engine::drain_inbox() {
+  std::deque<std::unique_ptr<Active>> inbox;
+  std::vector<std::uint64_t> cancels;
+  {
+    std::lock_guard lock(mutex_);
+    inbox.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (auto& a : inbox) {
+    if (std::find(cancels.begin(), cancels.end(), a->id) != cancels.end()) {
+      Completion c;
+      c.stop_reason = "cancelled";
+      c.prompt_tokens = static_cast<int>(a->prepared.prompt.size());
+      complete(*a, std::move(c));
+      continue;
+    }
+    const PreparedRequest& p = a->prepared;
+    BatchRequest b;
+    b.prompt = p.prompt;
+    b.max_new_tokens = p.max_new_tokens;
+    b.sampling = p.request.sampling;
+    b.eos_ids = p.eos_ids;
+    b.ignore_eos = p.request.ignore_eos;
+    b.compression = p.request.compression;
+    b.compression_vocab = vocab_->compression;
+    b.steering = p.request.steering;
+    if (p.request.on_compression) b.on_compression = p.request.on_compression;
+    Active* raw = a.get();
+    const int think_start = vocab_->think_start_id;
+    const int think_end = vocab_->compression.think_end_id;
+    b.on_token = [this, raw, think_start, think_end](int token) {
+      {
+        std::lock_guard lock(mutex_);
+        ++stats_.generated_tokens;
+      }
+      if (token == think_start && think_start >= 0) raw->in_reasoning = true;
+      if (raw->in_reasoning) ++raw->reasoning_tokens;
+      if (token == think_end && think_end >= 0) raw->in_reasoning = false;
+      std::string text;
+      if (raw->text) text = raw->text->push(token);
+      if (raw->callbacks.on_token) raw->callbacks.on_token({raw->id, token, text});
+      return !(raw->text && raw->text->stopped());
+    };
+    try {
+      const std::uint64_t batch_id = batch_->submit(std::move(b));
+      active_[batch_id] = std::move(a);
+    } catch (const std::exception& e) {
+      Completion c;
+      c.stop_reason = "error";
+      c.error = e.what();
+      complete(*a, std::move(c));
+    }
+  }
+  for (std::uint64_t id : cancels)
+    for (auto& [batch_id, a] : active_)
+      if (a->id == id && !a->cancel_requested) {
+        a->cancel_requested = true;
+        batch_->cancel(batch_id);
+      }
+}
+
+bool Engine::step() {
+  drain_inbox();
+  const bool more = batch_->step();
+  for (BatchResult& r : batch_->take_results()) {
+    auto it = active_.find(r.id);
+    if (it == active_.end()) continue;
+    std::unique_ptr<Active> a = std::move(it->second);
+    active_.erase(it);
+    Completion c;
+    c.tokens = std::move(r.tokens);
+    c.stop_reason = r.stop_reason == "stopped" ? "stop" : r.stop_reason;
+    c.prompt_tokens = r.prompt_tokens;
+    c.kv_bytes = r.kv_bytes;
+    c.kv_bytes_used = r.kv_bytes_used;
+    c.cache_capacity = r.cache_capacity;
+    c.max_cache_entries = r.max_cache_entries;
+    c.compressions = r.compressions;
+    c.compression_seconds = r.compression_seconds;
+    c.queued_seconds = r.queued_seconds;
+    c.prefill_seconds = r.prefill_seconds;
+    c.decode_seconds = r.decode_seconds;
+    complete(*a, std::move(c));
+  }
+  std::lock_guard lock(mutex_);
+  stats_.running = batch_->running();
+  stats_.waiting = batch_->waiting() + static_cast<int>(inbox_.size());
+  stats_.kv_bytes_in_use = batch_->kv_bytes_in_use();
+  stats_.peak_kv_bytes = batch_->peak_kv_bytes();
+  stats_.peak_running = batch_->peak_running();
+  stats_.steps = batch_->steps();
+  stats_.step_seconds = batch_->step_seconds();
+  return more || !inbox_.empty() || !cancels_.empty();
+}
+
+void Engine::run_until_idle() {
+  while (step()) {
+  }
+}
+
+std::vector<Completion> Engine::take_completions() {
+  std::lock_guard lock(mutex_);
+  std::vector<Completion> out;
+  out.swap(completions_);
+  return out;
+}
+
+void Engine::start() {
+  if (thread_.joinable()) return;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = false;
+  }
+  thread_ = std::thread([this] {
+    for (;;) {
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [this] {
+          return stopping_ || !inbox_.empty() || !cancels_.empty() || stats_.running > 0 ||
+                 stats_.waiting > 0;
+        });
+        if (stopping_) return;
+      }
+      step();
+    }
+  });
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    wake_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+  // Whatever is left is cancelled, so every submitter hears of its request.
+  bool left = !active_.empty();
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& a : inbox_) cancels_.push_back(a->id);
+    for (const auto& [batch_id, a] : active_) cancels_.push_back(a->id);
+    left = left || !inbox_.empty();
+  }
+  if (left) step();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+}  // namespace rkv
