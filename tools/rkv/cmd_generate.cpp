@@ -2,7 +2,6 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "command.h"
@@ -11,11 +10,10 @@
 #include "engine/case_dump.h"
 #include "engine/compression_trace.h"
 #include "core/thread_pool.h"
-#include "kv_options.h"
+#include "generate_options.h"
 #include "model/model.h"
 #include "rkv/engine.h"
 #include "rkv/tokenizer.h"
-#include "steering_options.h"
 
 namespace rkv::cli {
 namespace {
@@ -27,24 +25,13 @@ struct Args {
   std::string prompt_file;
   std::string prompt_ids;
   bool chat = false;
-  std::string chat_template;
   std::string system;
-  int n_predict = 256;
-  float temperature = 0.6f;
-  int top_k = 0;
-  float top_p = 0.95f;
-  float min_p = 0.0f;
-  long long seed = -1;
-  std::vector<std::string> stops;
-  bool ignore_eos = false;
-  int ctx_size = 0;
   int threads = 1;
   bool print_ids = false;
-  std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
   std::string trace;
   std::string dump_case;
   int dump_case_limit = 8;
-  std::shared_ptr<SteeringArgs> steering = std::make_shared<SteeringArgs>();
+  std::shared_ptr<GenerateFlags> gen = std::make_shared<GenerateFlags>();
 };
 
 std::string read_file(const std::string& path) {
@@ -59,15 +46,16 @@ void run(const Args& a) {
   const int sources = !a.prompt.empty() + !a.prompt_file.empty() + !a.prompt_ids.empty();
   if (sources != 1) throw Error("give exactly one of --prompt, --file or --prompt-ids");
   if (!a.prompt_ids.empty() && a.chat) throw Error("--chat needs a text prompt, not --prompt-ids");
-  if (!a.stops.empty() && a.print_ids)
+  const GenerateFlags& g = *a.gen;
+  if (!g.stops.empty() && a.print_ids)
     throw Error("--stop needs text output: drop --print-ids");
 
   Request request;
-  request.compression = a.kv->params();
+  request.compression = g.kv->params();
   // Token ids in and out need no tokenizer, unless SkipKV or steering read the tokens' text.
   const bool needs_tokenizer = a.prompt_ids.empty() || !a.print_ids ||
                                request.compression.method == Method::skipkv ||
-                               !a.steering->path.empty();
+                               !g.steering->path.empty();
   auto model = Model::load(a.model);
   std::unique_ptr<Tokenizer> tokenizer;
   if (needs_tokenizer)
@@ -85,16 +73,12 @@ void run(const Args& a) {
       request.text = text;
     }
   }
-  request.max_new_tokens = a.n_predict;
-  request.sampling.temperature = a.temperature;
-  request.sampling.top_k = a.top_k;
-  request.sampling.top_p = a.top_p;
-  request.sampling.min_p = a.min_p;
-  request.sampling.seed = a.seed >= 0 ? static_cast<std::uint64_t>(a.seed) : std::random_device{}();
-  request.stop = a.stops;
-  request.ignore_eos = a.ignore_eos;
+  request.max_new_tokens = g.n_predict;
+  request.sampling = g.sampling();
+  request.stop = g.stops;
+  request.ignore_eos = g.ignore_eos;
   request.decode_text = !a.print_ids;
-  request.steering = a.steering->load(*model);
+  request.steering = g.steering->load(*model);
   std::unique_ptr<CompressionTrace> trace;
   std::unique_ptr<CaseDumper> dumper;
   if (!a.trace.empty()) trace = std::make_unique<CompressionTrace>(a.trace);
@@ -110,9 +94,9 @@ void run(const Args& a) {
 
   ThreadPool pool(a.threads);
   EngineOptions engine_options;
-  engine_options.context_size = a.ctx_size;
+  engine_options.context_size = g.ctx_size;
   engine_options.prefill_chunk = 512;
-  engine_options.chat_template = a.chat_template;
+  engine_options.chat_template = g.chat_template;
   Engine engine(*model, tokenizer.get(), pool, engine_options);
   const std::uint64_t seed = request.sampling.seed;
   engine.submit(engine.prepare(std::move(request)), {.on_token = [](const TokenEvent& e) {
@@ -156,32 +140,11 @@ void setup(CLI::App& app) {
                   "Start from these comma-separated token ids instead of text");
   app.add_flag("--chat", a->chat, "Wrap the prompt as a user turn in the model's chat template")
       ->envname("RKV_ARG_CHAT");
-  add_flag_option(
-      app, "--chat-template", a->chat_template,
-      "Override the chat template: deepseek-r1, chatml, qwen3, qwen3-nothink, llama3 or raw "
-      "(default: detected from tokenizer_config.json)");
   add_flag_option(app, "--system", a->system, "System message for --chat");
-  add_flag_option(app, "-n,--predict,--max-new-tokens", a->n_predict,
-                  "Maximum number of tokens to generate")
-      ->check(CLI::NonNegativeNumber);
-  add_flag_option(app, "--temp,--temperature", a->temperature, "Sampling temperature; 0 is greedy");
-  add_flag_option(app, "--top-k", a->top_k, "Keep only the k most likely tokens (0: off)");
-  add_flag_option(app, "--top-p", a->top_p,
-                  "Nucleus sampling: keep the smallest set with this mass (1: off)");
-  add_flag_option(app, "--min-p", a->min_p,
-                  "Drop tokens below min-p times the best token's probability (0: off)");
-  add_flag_option(app, "-s,--seed", a->seed,
-                  "Random seed; the same seed gives the same output (-1: random)");
-  app.add_option("--stop", a->stops,
-                 "Stop when the output contains this text (repeatable); it is not printed");
-  app.add_flag("--ignore-eos", a->ignore_eos, "Keep generating after an end-of-sequence token");
-  add_flag_option(app, "-c,--ctx-size", a->ctx_size,
-                  "Context size in tokens (0: the model's maximum)")
-      ->check(CLI::NonNegativeNumber);
   app.add_flag("--print-ids", a->print_ids,
                "Print the generated token ids as a JSON list instead of text");
   add_threads_option(app, a->threads);
-  add_kv_options(app, a->kv);
+  add_generate_options(app, a->gen, "Maximum number of tokens to generate");
   add_flag_option(
       app, "--dump-case", a->dump_case,
       "Save the inputs of real compressions as case files for `rkv policy-run` in this directory "
@@ -195,7 +158,6 @@ void setup(CLI::App& app) {
                   "Write one JSON line per compression and KV head (kept positions, score "
                   "summaries) to this file")
       ->group("KV compression");
-  add_steering_options(app, a->steering);
   app.callback([a] { run(*a); });
 }
 

@@ -1,0 +1,321 @@
+#include "server/openai_api.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace rkv::server {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, param);
+}
+
+const json* field(const json& body, const char* name) {
+  const auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+bool get_bool(const json& body, const char* name, bool fallback) {
+  const json* v = field(body, name);
+  if (v == nullptr) return fallback;
+  if (!v->is_boolean()) bad(name, std::string("'") + name + "' must be a boolean");
+  return v->get<bool>();
+}
+
+double get_number(const json& body, const char* name, double fallback, double lo, double hi) {
+  const json* v = field(body, name);
+  if (v == nullptr) return fallback;
+  if (!v->is_number()) bad(name, std::string("'") + name + "' must be a number");
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    bad(name, std::string("'") + name + "' must be between " + json(lo).dump() + " and " +
+                  json(hi).dump() + ", got " + v->dump());
+  return x;
+}
+
+long long get_int(const json& body, const char* name, long long fallback, long long lo,
+                  long long hi) {
+  const json* v = field(body, name);
+  if (v == nullptr) return fallback;
+  if (!v->is_number_integer())
+    bad(name, std::string("'") + name + "' must be an integer, got " + v->dump());
+  if (v->is_number_unsigned() && v->get<unsigned long long>() > static_cast<unsigned long long>(hi))
+    bad(name, std::string("'") + name + "' must be at most " + std::to_string(hi));
+  const long long x = v->get<long long>();
+  if (x < lo || x > hi)
+    bad(name, std::string("'") + name + "' must be between " + std::to_string(lo) + " and " +
+                  std::to_string(hi) + ", got " + std::to_string(x));
+  return x;
+}
+
+// A message's content: a string, or an array of {"type": "text", "text": ...} parts.
+std::string message_content(const json& content, std::size_t index) {
+  const std::string param = "messages[" + std::to_string(index) + "].content";
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_null()) return {};
+  if (!content.is_array()) bad(param, "'" + param + "' must be a string or an array of parts");
+  std::string out;
+  for (const json& part : content) {
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
+        !part["text"].is_string())
+      bad(param, "'" + param + "': only text parts ({\"type\": \"text\", \"text\": ...}) are "
+                 "supported");
+    out += part["text"].get<std::string>();
+  }
+  return out;
+}
+
+// A list value of --kv-delimiters / --kv-keywords as the comma list CompressionParams::set reads.
+std::string escape_list_item(const std::string& item) {
+  std::string out;
+  for (char c : item) {
+    if (c == '\\' || c == ',') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+json error_body(const std::string& message, const std::string& type, const std::string& param,
+                const std::string& code) {
+  return {{"error",
+           {{"message", message},
+            {"type", type},
+            {"param", param.empty() ? json(nullptr) : json(param)},
+            {"code", code.empty() ? json(nullptr) : json(code)}}}};
+}
+
+CompressionParams parse_kv_object(const json& kv, const CompressionParams& defaults) {
+  if (!kv.is_object()) bad("kv", "'kv' must be an object such as {\"method\": \"rkv\", ...}");
+  CompressionParams p = defaults;
+  try {
+    if (const auto it = kv.find("method"); it != kv.end()) {
+      if (!it->is_string()) bad("kv.method", "'kv.method' must be a string");
+      const Method m = parse_method(it->get<std::string>());
+      // A different method starts from that method's preset, as --kv-method does.
+      if (m != defaults.method) p = CompressionParams::defaults(m);
+    }
+    for (const auto& [name, value] : kv.items()) {
+      if (name == "method") continue;
+      const bool known = std::any_of(compression_param_table().begin(),
+                                     compression_param_table().end(),
+                                     [&](const ParamInfo& i) { return i.name == name; });
+      if (!known) {
+        std::string names;
+        for (const ParamInfo& i : compression_param_table())
+          names += (names.empty() ? "" : ", ") + std::string(i.name);
+        bad("kv." + name, "unknown KV setting 'kv." + name + "' (known: " + names + ")");
+      }
+      std::string text;
+      if (value.is_string()) {
+        text = value.get<std::string>();
+      } else if (value.is_boolean()) {
+        text = value.get<bool>() ? "on" : "off";
+      } else if (value.is_number()) {
+        text = value.dump();
+      } else if (value.is_null()) {
+        text = "none";
+      } else if (value.is_array()) {
+        for (const json& item : value) {
+          if (!item.is_string()) bad("kv." + name, "'kv." + name + "' must be a list of strings");
+          text += (text.empty() ? "" : ",") + escape_list_item(item.get<std::string>());
+        }
+      } else {
+        bad("kv." + name, "'kv." + name + "' has a value of the wrong type: " + value.dump());
+      }
+      p.set(name, text);
+    }
+    p.validate();
+  } catch (const Error& e) {
+    throw ApiError(400, std::string("kv: ") + e.what(), "kv");
+  }
+  return p;
+}
+
+ParsedRequest parse_completion_request(const std::string& body, bool chat,
+                                       const RequestDefaults& defaults, std::uint64_t random_seed) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad("", "the request body must be a JSON object");
+
+  ParsedRequest out;
+  out.chat = chat;
+  Request& r = out.request;
+  if (const json* m = field(j, "model")) {
+    if (!m->is_string()) bad("model", "'model' must be a string");
+    out.model = m->get<std::string>();
+  }
+  if (chat) {
+    const json* messages = field(j, "messages");
+    if (messages == nullptr) bad("messages", "'messages' is required");
+    if (!messages->is_array() || messages->empty())
+      bad("messages", "'messages' must be a non-empty array");
+    for (std::size_t i = 0; i < messages->size(); ++i) {
+      const json& m = (*messages)[i];
+      const std::string param = "messages[" + std::to_string(i) + "]";
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+        bad(param, "'" + param + "' must be an object with a string 'role'");
+      std::string role = m["role"].get<std::string>();
+      if (role == "developer") role = "system";
+      if (role != "system" && role != "user" && role != "assistant")
+        bad(param + ".role", "'" + param + ".role' must be system, developer, user or "
+                             "assistant, got '" + role + "'");
+      r.messages.push_back({role, message_content(m.value("content", json()), i)});
+    }
+  } else {
+    const json* prompt = field(j, "prompt");
+    if (prompt == nullptr) bad("prompt", "'prompt' is required");
+    if (prompt->is_string()) {
+      r.text = prompt->get<std::string>();
+      if (r.text.empty()) bad("prompt", "'prompt' is empty");
+    } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number_integer()) {
+      for (const json& id : *prompt) {
+        if (!id.is_number_integer() || id.get<long long>() < 0 || id.get<long long>() > 1 << 30)
+          bad("prompt", "'prompt' as token ids must be an array of non-negative integers");
+        r.prompt_ids.push_back(id.get<int>());
+      }
+    } else if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
+      r.text = (*prompt)[0].get<std::string>();
+      if (r.text.empty()) bad("prompt", "'prompt' is empty");
+    } else {
+      bad("prompt", "'prompt' must be a string, an array of one string, or an array of token "
+                    "ids (one prompt per request)");
+    }
+  }
+
+  const json* max_completion = field(j, "max_completion_tokens");
+  const char* max_name = max_completion != nullptr ? "max_completion_tokens" : "max_tokens";
+  out.max_tokens_given = field(j, max_name) != nullptr;
+  r.max_new_tokens = static_cast<int>(get_int(j, max_name, defaults.max_tokens, 1, 1 << 30));
+  r.strict_length = out.max_tokens_given;
+  r.sampling = defaults.sampling;
+  r.sampling.temperature =
+      static_cast<float>(get_number(j, "temperature", r.sampling.temperature, 0.0, 2.0));
+  r.sampling.top_p = static_cast<float>(get_number(j, "top_p", r.sampling.top_p, 0.0, 1.0));
+  if (r.sampling.top_p <= 0.0f) bad("top_p", "'top_p' must be greater than 0");
+  const long long top_k = get_int(j, "top_k", r.sampling.top_k, -1, 1 << 30);
+  r.sampling.top_k = top_k < 0 ? 0 : static_cast<int>(top_k);
+  r.sampling.min_p = static_cast<float>(get_number(j, "min_p", r.sampling.min_p, 0.0, 1.0));
+  if (const json* seed = field(j, "seed")) {
+    if (!seed->is_number_integer()) bad("seed", "'seed' must be an integer");
+    r.sampling.seed = seed->is_number_unsigned() ? seed->get<std::uint64_t>()
+                                                 : static_cast<std::uint64_t>(seed->get<long long>());
+  } else if (!defaults.seeded) {
+    r.sampling.seed = random_seed;
+  }
+  out.n = static_cast<int>(get_int(j, "n", 1, 1, defaults.max_n));
+  if (const json* stop = field(j, "stop")) {
+    if (stop->is_string()) {
+      r.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const json& s : *stop) {
+        if (!s.is_string()) bad("stop", "'stop' must be a string or an array of strings");
+        r.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      bad("stop", "'stop' must be a string or an array of strings");
+    }
+    if (r.stop.size() > 16) bad("stop", "'stop' takes at most 16 strings");
+    for (const auto& s : r.stop)
+      if (s.empty()) bad("stop", "'stop' strings must not be empty");
+  }
+  out.stream = get_bool(j, "stream", false);
+  if (const json* so = field(j, "stream_options")) {
+    if (!so->is_object()) bad("stream_options", "'stream_options' must be an object");
+    if (!out.stream)
+      bad("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    out.include_usage = get_bool(*so, "include_usage", false);
+  }
+  r.ignore_eos = get_bool(j, "ignore_eos", false);
+  if (const json* lp = field(j, "logprobs");
+      (lp != nullptr && *lp != json(false) && *lp != json(0)) || field(j, "top_logprobs") != nullptr)
+    bad("logprobs", "logprobs are not supported by this server");
+  if (const json* tools = field(j, "tools"); tools != nullptr && !tools->empty())
+    bad("tools", "tool calls are not supported by this server");
+  if (const json* rf = field(j, "response_format")) {
+    if (!rf->is_object() || rf->value("type", std::string()) != "text")
+      bad("response_format", "only {\"type\": \"text\"} responses are supported");
+  }
+  out.reasoning_inline = defaults.reasoning_inline;
+  if (const json* rf = field(j, "reasoning_format")) {
+    if (!rf->is_string()) bad("reasoning_format", "'reasoning_format' must be a string");
+    const std::string v = rf->get<std::string>();
+    if (v == "none") {
+      out.reasoning_inline = true;
+    } else if (v == "parsed" || v == "deepseek") {
+      out.reasoning_inline = false;
+    } else {
+      bad("reasoning_format", "'reasoning_format' must be 'parsed' (reasoning_content) or "
+                              "'none' (the reasoning inline in the content)");
+    }
+  }
+  r.compression = defaults.compression;
+  if (const json* kv = field(j, "kv")) r.compression = parse_kv_object(*kv, defaults.compression);
+  r.steering = defaults.steering;
+  try {
+    r.sampling.validate();
+  } catch (const Error& e) {
+    bad("", e.what());
+  }
+  return out;
+}
+
+json kv_report(const std::vector<Completion>& choices) {
+  if (choices.empty()) return json::object();
+  const CompressionParams& p = choices.front().compression;
+  json kv = {{"method", method_name(p.method)}};
+  if (p.method != Method::fullkv) {
+    kv["budget"] = p.budget;
+    kv["buffer"] = p.buffer;
+    kv["window"] = p.window;
+  }
+  std::int64_t compressions = 0;
+  std::size_t bytes = 0, used = 0;
+  int capacity = 0, max_entries = 0;
+  for (const auto& c : choices) {
+    compressions += c.compressions;
+    bytes += c.kv_bytes;
+    used += c.kv_bytes_used;
+    capacity = std::max(capacity, c.cache_capacity);
+    max_entries = std::max(max_entries, c.max_cache_entries);
+  }
+  kv["compressions"] = compressions;
+  kv["kv_bytes"] = bytes;
+  kv["kv_bytes_used"] = used;
+  kv["cache_capacity"] = capacity;
+  kv["max_cache_entries"] = max_entries;
+  return kv;
+}
+
+json usage_body(const std::vector<Completion>& choices) {
+  int completion = 0, reasoning = 0;
+  for (const auto& c : choices) {
+    completion += static_cast<int>(c.tokens.size());
+    reasoning += c.reasoning_tokens;
+  }
+  const int prompt = choices.empty() ? 0 : choices.front().prompt_tokens;
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"completion_tokens_details", {{"reasoning_tokens", reasoning}}}};
+}
+
+}  // namespace rkv::server

@@ -1,0 +1,68 @@
+// The OpenAI-compatible request and response bodies (chat completions and completions): parsing
+// a request body into engine requests, with an OpenAI error object for anything invalid, and
+// building the JSON of responses and streamed chunks. No I/O here: server.cpp does the HTTP.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "rkv/engine.h"
+
+namespace rkv::server {
+
+// An invalid request: answered with `status` and the OpenAI error object.
+struct ApiError : std::runtime_error {
+  ApiError(int status_, std::string message, std::string param_ = {},
+           std::string type_ = "invalid_request_error", std::string code_ = {})
+      : std::runtime_error(std::move(message)),
+        status(status_),
+        param(std::move(param_)),
+        type(std::move(type_)),
+        code(std::move(code_)) {}
+  int status;
+  std::string param, type, code;
+};
+
+// {"error": {"message", "type", "param", "code"}}
+nlohmann::json error_body(const std::string& message, const std::string& type,
+                          const std::string& param = {}, const std::string& code = {});
+
+// The server's defaults for what a request leaves out (the `rkv serve` generate flags).
+struct RequestDefaults {
+  int max_tokens = 2048;  // clipped to what fits the context when the request gives none
+  SamplingParams sampling;
+  bool seeded = false;  // sampling.seed is the server's --seed; else each request draws one
+  CompressionParams compression = CompressionParams::defaults(Method::fullkv);
+  SteeringParams steering;
+  bool reasoning_inline = false;  // --reasoning-format none
+  int max_n = 16;
+};
+
+struct ParsedRequest {
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;
+  bool reasoning_inline = false;
+  int n = 1;
+  std::string model;
+  Request request;  // the prompt, sampling, stops and compression (seed of choice 0)
+  bool max_tokens_given = false;
+};
+
+// Parses a /v1/chat/completions (chat = true) or /v1/completions body. Throws ApiError (400).
+ParsedRequest parse_completion_request(const std::string& body, bool chat,
+                                       const RequestDefaults& defaults, std::uint64_t random_seed);
+
+// "kv": {"method": "rkv", "budget": 512, ...}: every --kv-* setting by its table name.
+CompressionParams parse_kv_object(const nlohmann::json& kv, const CompressionParams& defaults);
+
+// What the response reports of one choice's KV cache.
+nlohmann::json kv_report(const std::vector<Completion>& choices);
+
+// usage: prompt, completion and reasoning tokens over the choices (the prompt counted once).
+nlohmann::json usage_body(const std::vector<Completion>& choices);
+
+}  // namespace rkv::server

@@ -1,0 +1,525 @@
+#include "server/server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <random>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "rkv/tokenizer.h"
+#include "server/reasoning.h"
+
+namespace rkv::server {
+
+using nlohmann::json;
+
+namespace {
+
+std::int64_t unix_time() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  if (e.status == 429) res.set_header("Retry-After", "1");
+  send_json(res, e.status, error_body(e.what(), e.type, e.param, e.code));
+}
+
+json parse_body(const httplib::Request& req) {
+  try {
+    json j = json::parse(req.body);
+    if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
+    return j;
+  } catch (const json::exception& e) {
+    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+  }
+}
+
+// What the engine thread hands a waiting handler: the text of each token as it comes, and each
+// choice's completion at the end.
+struct Channel {
+  struct Event {
+    int choice = 0;
+    std::string text;
+    bool done = false;
+  };
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<Event> events;
+  std::vector<Completion> completions;
+  int done = 0;
+};
+
+}  // namespace
+
+struct Server::Impl {
+  ServerOptions options;
+  httplib::Server http;
+  std::atomic<Engine*> engine{nullptr};
+  std::string model_name;
+  std::mutex name_mutex;
+  std::atomic<std::uint64_t> next_response{1};
+  std::atomic<std::int64_t> rejected_invalid{0}, rejected_busy{0}, disconnected{0},
+      http_requests{0};
+  std::mt19937_64 seeds{std::random_device{}()};
+  std::mutex seeds_mutex;
+
+  explicit Impl(ServerOptions o) : options(std::move(o)) {}
+
+  Engine& ready_engine() {
+    Engine* e = engine.load();
+    if (e == nullptr)
+      throw ApiError(503, "the model is still loading", {}, "unavailable_error", "loading");
+    return *e;
+  }
+
+  std::uint64_t random_seed() {
+    std::lock_guard lock(seeds_mutex);
+    return seeds();
+  }
+
+  std::string name() {
+    std::lock_guard lock(name_mutex);
+    return model_name;
+  }
+
+  void routes();
+  void completions(const httplib::Request& req, httplib::Response& res, bool chat);
+};
+
+Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  const int threads = std::max(4, impl_->options.http_threads);
+  impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  impl_->http.set_payload_max_length(16u << 20);
+  impl_->http.set_keep_alive_timeout(5);
+  impl_->routes();
+}
+
+Server::~Server() {
+  stop();
+}
+
+int Server::bind() {
+  const auto& o = impl_->options;
+  if (o.port < 0 || o.port > 65535) throw Error("--port must be in 0..65535");
+  if (o.port == 0) {
+    port_ = impl_->http.bind_to_any_port(o.host);
+    if (port_ <= 0) throw Error("cannot listen on " + o.host + " (any port)");
+  } else {
+    if (!impl_->http.bind_to_port(o.host, o.port))
+      throw Error("cannot listen on " + o.host + ":" + std::to_string(o.port) +
+                  " (in use, or not an address of this machine)");
+    port_ = o.port;
+  }
+  return port_;
+}
+
+void Server::serve() {
+  impl_->http.listen_after_bind();
+}
+
+void Server::stop() {
+  if (impl_->http.is_running()) impl_->http.stop();
+}
+
+void Server::set_engine(Engine* engine, std::string model_name, RequestDefaults defaults) {
+  {
+    std::lock_guard lock(impl_->name_mutex);
+    impl_->model_name = std::move(model_name);
+  }
+  impl_->options.defaults = std::move(defaults);  // read only after the engine is seen below
+  impl_->engine.store(engine);
+}
+
+void Server::Impl::routes() {
+  http.set_exception_handler([this](const httplib::Request&, httplib::Response& res,
+                                    std::exception_ptr ep) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const ApiError& e) {
+      if (e.status == 400) ++rejected_invalid;
+      send_error(res, e);
+    } catch (const Error& e) {
+      ++rejected_invalid;
+      send_json(res, 400, error_body(e.what(), "invalid_request_error"));
+    } catch (const std::exception& e) {
+      send_json(res, 500, error_body(e.what(), "server_error"));
+    } catch (...) {
+      send_json(res, 500, error_body("unknown error", "server_error"));
+    }
+  });
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const std::string message =
+        res.status == 404   ? "no route " + req.method + " " + req.path
+        : res.status == 413 ? std::string("the request body is too large")
+                            : "HTTP " + std::to_string(res.status);
+    send_json(res, res.status, error_body(message, "invalid_request_error"));
+  });
+  http.set_pre_routing_handler([this](const httplib::Request&, httplib::Response&) {
+    ++http_requests;
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (engine.load() == nullptr) {
+      json body = error_body("the model is still loading", "unavailable_error", {}, "loading");
+      body["status"] = "loading";
+      send_json(res, 503, body);
+    } else {
+      send_json(res, 200, {{"status", "ok"}});
+    }
+  });
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    Engine& e = ready_engine();
+    const ModelConfig& c = e.model().config();
+    send_json(res, 200,
+              {{"object", "list"},
+               {"data",
+                {{{"id", name()},
+                  {"object", "model"},
+                  {"created", unix_time()},
+                  {"owned_by", "rkv"},
+                  {"meta",
+                   {{"n_ctx", e.context_size()},
+                    {"n_vocab", c.vocab_size},
+                    {"weight_bytes", e.model().weight_bytes()},
+                    {"kv_memory_bytes", e.options().kv_memory_bytes}}}}}}});
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    Engine* e = engine.load();
+    const EngineStats s = e ? e->stats() : EngineStats{};
+    std::string out;
+    auto metric = [&out](const char* name, const char* type, const char* help, double value) {
+      char line[512];
+      std::snprintf(line, sizeof(line), "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name,
+                    type, name, value);
+      out += line;
+    };
+    metric("rkv_ready", "gauge", "1 when the model is loaded and requests are served.",
+           e ? 1 : 0);
+    metric("rkv_requests_running", "gauge", "Sequences holding a KV slot (prefilling or decoding).",
+           s.running);
+    metric("rkv_requests_waiting", "gauge", "Requests queued for a KV slot.", s.waiting);
+    metric("rkv_kv_bytes_in_use", "gauge", "Bytes of the KV slots of running sequences.",
+           static_cast<double>(s.kv_bytes_in_use));
+    metric("rkv_kv_bytes_cap", "gauge", "The KV memory cap (0: none).",
+           static_cast<double>(s.kv_bytes_cap));
+    metric("rkv_kv_bytes_peak", "gauge", "Most bytes of KV slots in use at once since start.",
+           static_cast<double>(s.peak_kv_bytes));
+    metric("rkv_requests_running_peak", "gauge", "Most sequences running at once since start.",
+           s.peak_running);
+    metric("rkv_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+           static_cast<double>(s.prompt_tokens));
+    metric("rkv_generated_tokens_total", "counter", "Tokens generated.",
+           static_cast<double>(s.generated_tokens));
+    metric("rkv_compressions_total", "counter", "KV compressions (layer x step) of finished "
+           "requests.", static_cast<double>(s.compressions));
+    metric("rkv_requests_finished_total", "counter", "Requests finished, any reason.",
+           static_cast<double>(s.finished));
+    metric("rkv_requests_cancelled_total", "counter", "Requests cancelled (client gone).",
+           static_cast<double>(s.cancelled));
+    metric("rkv_requests_failed_total", "counter", "Requests the engine failed.",
+           static_cast<double>(s.failed));
+    metric("rkv_requests_rejected_invalid_total", "counter", "Requests answered with a 4xx error.",
+           static_cast<double>(rejected_invalid.load()));
+    metric("rkv_requests_rejected_busy_total", "counter", "Requests answered 429 (queue full).",
+           static_cast<double>(rejected_busy.load()));
+    metric("rkv_http_requests_total", "counter", "HTTP requests received.",
+           static_cast<double>(http_requests.load()));
+    out +=
+        "# HELP rkv_step_seconds Wall time of the engine's forward passes (one per step).\n"
+        "# TYPE rkv_step_seconds summary\n";
+    char line[256];
+    std::snprintf(line, sizeof(line), "rkv_step_seconds_sum %.9g\nrkv_step_seconds_count %lld\n",
+                  s.step_seconds, static_cast<long long>(s.steps));
+    out += line;
+    res.set_content(out, "text/plain; version=0.0.4");
+  });
+  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    Engine& e = ready_engine();
+    const json j = parse_body(req);
+    const auto it = j.find("content");
+    if (it == j.end() || !it->is_string())
+      throw ApiError(400, "'content' (a string) is required", "content");
+    bool add_special = false;
+    if (const auto a = j.find("add_special"); a != j.end()) {
+      if (!a->is_boolean()) throw ApiError(400, "'add_special' must be a boolean", "add_special");
+      add_special = a->get<bool>();
+    }
+    if (e.tokenizer() == nullptr) throw ApiError(400, "the server has no tokenizer");
+    const auto ids = e.tokenizer()->encode(it->get<std::string>(), add_special);
+    send_json(res, 200, {{"tokens", ids}});
+  });
+  http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    Engine& e = ready_engine();
+    const json j = parse_body(req);
+    const auto it = j.find("tokens");
+    if (it == j.end() || !it->is_array())
+      throw ApiError(400, "'tokens' (an array of token ids) is required", "tokens");
+    std::vector<std::int32_t> ids;
+    const int vocab = e.model().config().vocab_size;
+    for (const json& t : *it) {
+      if (!t.is_number_integer() || t.get<long long>() < 0 || t.get<long long>() >= vocab)
+        throw ApiError(400, "'tokens' must hold ids in 0.." + std::to_string(vocab - 1),
+                       "tokens");
+      ids.push_back(t.get<std::int32_t>());
+    }
+    if (e.tokenizer() == nullptr) throw ApiError(400, "the server has no tokenizer");
+    send_json(res, 200, {{"content", e.tokenizer()->decode(ids)}});
+  });
+  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    completions(req, res, true);
+  });
+  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    completions(req, res, false);
+  });
+}
+
+void Server::Impl::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+  Engine& engine_ref = ready_engine();
+  ParsedRequest parsed = parse_completion_request(req.body, chat, options.defaults, random_seed());
+  if (!parsed.max_tokens_given) {
+    // No max_tokens: as much as the default allows and the context leaves.
+    parsed.request.strict_length = false;
+  }
+  // Validate every choice before any is queued: an invalid request never reaches the engine.
+  std::vector<PreparedRequest> prepared;
+  for (int i = 0; i < parsed.n; ++i) {
+    Request r = parsed.request;
+    r.sampling.seed = parsed.request.sampling.seed + static_cast<std::uint64_t>(i);
+    r.decode_text = true;
+    try {
+      prepared.push_back(engine_ref.prepare(std::move(r)));
+    } catch (const Error& e) {
+      throw ApiError(400, e.what());
+    }
+  }
+  if (engine_ref.stats().waiting + parsed.n > options.queue_limit) {
+    ++rejected_busy;
+    throw ApiError(429,
+                   "the server is busy: " + std::to_string(options.queue_limit) +
+                       " requests are already waiting for a KV slot; retry later",
+                   {}, "server_busy", "queue_full");
+  }
+
+  auto channel = std::make_shared<Channel>();
+  channel->completions.resize(static_cast<std::size_t>(parsed.n));
+  const bool starts_in_reasoning = prepared.front().starts_in_reasoning;
+  std::vector<std::uint64_t> ids;
+  for (int i = 0; i < parsed.n; ++i) {
+    RequestCallbacks cb;
+    cb.on_token = [channel, i](const TokenEvent& e) {
+      if (e.text.empty()) return;
+      std::lock_guard lock(channel->mutex);
+      channel->events.push_back({i, std::string(e.text), false});
+      channel->cv.notify_all();
+    };
+    cb.on_done = [channel, i](const Completion& c) {
+      std::lock_guard lock(channel->mutex);
+      channel->completions[static_cast<std::size_t>(i)] = c;
+      channel->events.push_back({i, {}, true});
+      ++channel->done;
+      channel->cv.notify_all();
+    };
+    ids.push_back(engine_ref.submit(std::move(prepared[static_cast<std::size_t>(i)]), cb));
+  }
+
+  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_response++);
+  const std::int64_t created = unix_time();
+  const std::string model = parsed.model.empty() ? name() : parsed.model;
+  const bool split = chat && !parsed.reasoning_inline;
+  const int n = parsed.n;
+  const auto heartbeat = std::chrono::duration<double>(options.heartbeat_seconds);
+  Engine* eng = &engine_ref;
+  auto cancel_all = [eng, ids, this] {
+    ++disconnected;
+    for (std::uint64_t rid : ids) eng->cancel(rid);
+  };
+
+  if (!parsed.stream) {
+    // The body is written once every choice is done; until then, a blank every heartbeat
+    // (JSON allows leading whitespace) finds out whether the client is still there.
+    res.set_chunked_content_provider(
+        "application/json",
+        [=](std::size_t, httplib::DataSink& sink) {
+          std::unique_lock lock(channel->mutex);
+          while (channel->done < n) {
+            if (!channel->cv.wait_for(lock, heartbeat, [&] { return channel->done >= n; })) {
+              lock.unlock();
+              const bool alive = sink.write(" ", 1);
+              lock.lock();
+              if (!alive) {
+                lock.unlock();
+                cancel_all();
+                return false;
+              }
+            }
+          }
+          std::vector<Completion> done = channel->completions;
+          lock.unlock();
+          json choices = json::array();
+          for (int i = 0; i < n; ++i) {
+            const Completion& c = done[static_cast<std::size_t>(i)];
+            if (c.stop_reason == "error") {
+              const std::string body =
+                  error_body(c.error, "server_error").dump();
+              sink.write(body.data(), body.size());
+              sink.done();
+              return true;
+            }
+            if (chat) {
+              json message = {{"role", "assistant"}};
+              if (split) {
+                ReasoningSplitter splitter(starts_in_reasoning);
+                auto d = splitter.push(c.text);
+                auto tail = splitter.finish();
+                d.reasoning += tail.reasoning;
+                d.content += tail.content;
+                message["content"] = d.content;
+                if (!d.reasoning.empty()) message["reasoning_content"] = d.reasoning;
+              } else {
+                message["content"] = c.text;
+              }
+              choices.push_back({{"index", i},
+                                 {"message", message},
+                                 {"finish_reason", c.finish_reason},
+                                 {"logprobs", nullptr}});
+            } else {
+              choices.push_back({{"index", i},
+                                 {"text", c.text},
+                                 {"finish_reason", c.finish_reason},
+                                 {"logprobs", nullptr}});
+            }
+          }
+          const json body = {{"id", id},
+                             {"object", chat ? "chat.completion" : "text_completion"},
+                             {"created", created},
+                             {"model", model},
+                             {"choices", choices},
+                             {"usage", usage_body(done)},
+                             {"kv", kv_report(done)}};
+          const std::string text = body.dump();
+          sink.write(text.data(), text.size());
+          sink.done();
+          return true;
+        });
+    return;
+  }
+
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream", [=](std::size_t, httplib::DataSink& sink) {
+        auto send = [&sink](const json& chunk) {
+          const std::string line = "data: " + chunk.dump() + "\n\n";
+          return sink.write(line.data(), line.size());
+        };
+        auto chunk_of = [&](json choices) {
+          return json{{"id", id},
+                      {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                      {"created", created},
+                      {"model", model},
+                      {"choices", std::move(choices)}};
+        };
+        auto delta_chunk = [&](int i, const char* key, const std::string& text) {
+          if (chat)
+            return chunk_of(json::array(
+                {{{"index", i}, {"delta", {{key, text}}}, {"finish_reason", nullptr}}}));
+          return chunk_of(json::array(
+              {{{"index", i}, {"text", text}, {"finish_reason", nullptr}, {"logprobs", nullptr}}}));
+        };
+        std::vector<ReasoningSplitter> splitters(static_cast<std::size_t>(n),
+                                                 ReasoningSplitter(starts_in_reasoning));
+        auto send_text = [&](int i, const ReasoningSplitter::Delta& d) {
+          if (!d.reasoning.empty() && !send(delta_chunk(i, "reasoning_content", d.reasoning)))
+            return false;
+          if (!d.content.empty() && !send(delta_chunk(i, "content", d.content))) return false;
+          return true;
+        };
+        bool ok = true;
+        if (chat)
+          for (int i = 0; i < n && ok; ++i)
+            ok = send(chunk_of(json::array({{{"index", i},
+                                              {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                              {"finish_reason", nullptr}}})));
+        int finished = 0;
+        std::vector<Completion> done;
+        while (ok && finished < n) {
+          std::deque<Channel::Event> events;
+          {
+            std::unique_lock lock(channel->mutex);
+            channel->cv.wait_for(lock, heartbeat, [&] { return !channel->events.empty(); });
+            events.swap(channel->events);
+            if (finished + static_cast<int>(std::count_if(events.begin(), events.end(),
+                                                          [](const auto& e) { return e.done; })) >=
+                n)
+              done = channel->completions;
+          }
+          if (events.empty()) {
+            static const std::string ping = ": keep-alive\n\n";
+            ok = sink.write(ping.data(), ping.size());
+            continue;
+          }
+          for (const auto& e : events) {
+            if (!ok) break;
+            const auto i = static_cast<std::size_t>(e.choice);
+            if (!e.done) {
+              if (!split) {
+                ok = send(delta_chunk(e.choice, chat ? "content" : "text", e.text));
+                if (!chat) continue;
+              } else {
+                ok = send_text(e.choice, splitters[i].push(e.text));
+              }
+              continue;
+            }
+            ++finished;
+            Completion c;
+            {
+              std::lock_guard lock(channel->mutex);
+              c = channel->completions[i];
+            }
+            if (c.stop_reason == "error") {
+              ok = send(error_body(c.error, "server_error"));
+              continue;
+            }
+            if (split) ok = send_text(e.choice, splitters[i].finish());
+            json last = chat ? json{{"index", e.choice},
+                                    {"delta", json::object()},
+                                    {"finish_reason", c.finish_reason}}
+                             : json{{"index", e.choice},
+                                    {"text", ""},
+                                    {"finish_reason", c.finish_reason},
+                                    {"logprobs", nullptr}};
+            json chunk = chunk_of(json::array({last}));
+            chunk["kv"] = kv_report({c});
+            if (ok) ok = send(chunk);
+          }
+        }
+        if (!ok) {
+          cancel_all();
+          return false;
+        }
+        if (parsed.include_usage) {
+          json chunk = chunk_of(json::array());
+          chunk["usage"] = usage_body(done);
+          if (!send(chunk)) return false;
+        }
+        static const std::string end = "data: [DONE]\n\n";
+        sink.write(end.data(), end.size());
+        sink.done();
+        return true;
+      });
+}
+
+}  // namespace rkv::server

@@ -1,0 +1,55 @@
+// `rkv serve`: an OpenAI-compatible HTTP server over the Engine (docs/SERVER.md).
+//
+// One engine thread steps the continuous batch (Engine::start); the HTTP threads only parse,
+// validate, queue and stream: a handler prepares its request (every invalid one is answered
+// with an OpenAI error object and never reaches the engine), submits it, and then writes what
+// the engine thread hands it through a per-request channel. A write that fails (the client went
+// away) cancels the request, which frees its KV slot at the engine's next step.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "server/openai_api.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace rkv::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;              // 0: any free port (see Server::port())
+  int queue_limit = 64;         // requests waiting for a slot beyond which new ones get 429
+  int http_threads = 128;       // connections served at once (streams hold one each)
+  std::string model_name;       // what /v1/models lists (default: the model directory's name)
+  RequestDefaults defaults;     // the generate flags given to `rkv serve`
+  double heartbeat_seconds = 0.5;  // idle time after which a waiting response probes the client
+};
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();
+
+  // Binds the listening socket; returns the port. Throws rkv::Error when it cannot.
+  int bind();
+  int port() const { return port_; }
+  // Serves until stop(); /health answers 503 (loading) until set_engine().
+  void serve();
+  void stop();
+  // The engine is ready: requests are served from now on, with `defaults` for what they leave
+  // out (replacing ServerOptions::defaults: steering needs the loaded model). The engine must be
+  // started and outlive the server's serving.
+  void set_engine(Engine* engine, std::string model_name, RequestDefaults defaults);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+};
+
+}  // namespace rkv::server

@@ -1,0 +1,170 @@
+// rkv serve: an OpenAI-compatible HTTP server with per-request KV compression (docs/SERVER.md).
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "command.h"
+#include "common.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/batch_engine.h"
+#include "generate_options.h"
+#include "model/model.h"
+#include "rkv/engine.h"
+#include "rkv/tokenizer.h"
+#include "server/server.h"
+
+namespace rkv::cli {
+namespace {
+
+struct Args {
+  std::string model, tokenizer, host = "127.0.0.1", alias, kv_memory, reasoning_format = "parsed";
+  int port = 8080;
+  int parallel = 0;
+  int queue_limit = 64;
+  int http_threads = 128;
+  int prefill_chunk = 256;
+  int threads = 1;
+  std::shared_ptr<GenerateFlags> gen = std::make_shared<GenerateFlags>();
+};
+
+void run(const Args& a) {
+  const GenerateFlags& g = *a.gen;
+  if (a.reasoning_format != "parsed" && a.reasoning_format != "none")
+    throw Error("--reasoning-format must be 'parsed' or 'none'");
+  if (!g.stops.empty()) throw Error("--stop is per request with rkv serve ('stop' in the body)");
+  server::ServerOptions o;
+  o.host = a.host;
+  o.port = a.port;
+  o.queue_limit = a.queue_limit;
+  o.http_threads = a.http_threads;
+  server::RequestDefaults defaults;
+  defaults.max_tokens = g.n_predict > 0 ? g.n_predict : 1 << 30;
+  defaults.sampling = g.sampling();
+  defaults.seeded = g.seed >= 0;
+  defaults.compression = g.kv->params();  // invalid --kv-* settings fail here, before loading
+  defaults.reasoning_inline = a.reasoning_format == "none";
+  EngineOptions engine_options;
+  engine_options.kv_memory_bytes = a.kv_memory.empty() ? 0 : parse_byte_size(a.kv_memory);
+  engine_options.max_batch = a.parallel;
+  engine_options.prefill_chunk = a.prefill_chunk;
+  engine_options.context_size = g.ctx_size;
+  engine_options.chat_template = g.chat_template;
+
+  // SIGINT/SIGTERM stop the server through one thread that waits for them; every other thread
+  // (HTTP, engine, pool) inherits the blocked mask. A client that goes away must not kill us.
+  std::signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  server::Server server(o);
+  const int port = server.bind();
+  std::fprintf(stderr, "[serve] listening on http://%s:%d (loading the model; /health: 503)\n",
+               a.host.c_str(), port);
+  std::thread http([&server] { server.serve(); });
+  std::thread waiter([&server, &stop_signals] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    if (sig == SIGINT || sig == SIGTERM) std::fprintf(stderr, "[serve] stopping\n");
+    server.stop();
+  });
+  auto shutdown = [&] {
+    server.stop();
+    http.join();
+    pthread_kill(waiter.native_handle(), SIGTERM);
+    waiter.join();
+  };
+
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Engine> engine;
+  try {
+    model = Model::load(a.model);
+    tokenizer =
+        std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
+    defaults.steering = g.steering->load(*model);
+    pool = std::make_unique<ThreadPool>(a.threads);
+    engine = std::make_unique<Engine>(*model, tokenizer.get(), *pool, engine_options);
+    // The defaults must make a valid request on their own.
+    Request probe;
+    probe.prompt_ids = {0};
+    probe.max_new_tokens = 1;
+    probe.compression = defaults.compression;
+    probe.steering = defaults.steering;
+    engine->prepare(probe);
+  } catch (...) {
+    shutdown();
+    throw;
+  }
+  engine->start();
+  std::string name = a.alias;
+  if (name.empty()) {
+    name = std::filesystem::path(a.model).filename().string();
+    if (name.empty()) name = std::filesystem::path(a.model).parent_path().filename().string();
+  }
+  server.set_engine(engine.get(), name, defaults);
+  std::fprintf(stderr,
+               "[serve] ready: model %s, context %d, KV cap %s, parallel %s, default method %s, "
+               "%d threads\n",
+               name.c_str(), engine->context_size(),
+               engine_options.kv_memory_bytes
+                   ? format_bytes(static_cast<double>(engine_options.kv_memory_bytes)).c_str()
+                   : "none",
+               a.parallel > 0 ? std::to_string(a.parallel).c_str() : "as the cap allows",
+               std::string(method_name(defaults.compression.method)).c_str(), a.threads);
+  http.join();
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  engine->stop();
+}
+
+void setup(CLI::App& app) {
+  auto a = std::make_shared<Args>();
+  add_flag_option(app, "-m,--model", a->model,
+                  "Model directory: config.json, *.safetensors and tokenizer files")
+      ->required();
+  add_flag_option(app, "--tokenizer", a->tokenizer,
+                  "Tokenizer directory (default: the model directory)");
+  add_flag_option(app, "--host", a->host, "Address to listen on (127.0.0.1: this machine only)");
+  add_flag_option(app, "--port", a->port, "Port to listen on (0: any free port, printed)")
+      ->check(CLI::Range(0, 65535));
+  add_flag_option(app, "--alias", a->alias,
+                  "Model name in /v1/models and responses (default: the directory's name)");
+  add_flag_option(app, "--kv-memory", a->kv_memory,
+                  "KV memory cap for all running requests, e.g. 2GiB (default: none). A request "
+                  "waits until its KV slot fits")
+      ->group("KV compression");
+  add_flag_option(app, "--parallel,--max-batch", a->parallel,
+                  "Most requests decoding at once (0: as many as the KV cap allows)")
+      ->check(CLI::NonNegativeNumber);
+  add_flag_option(app, "--queue-limit", a->queue_limit,
+                  "Requests allowed to wait for a slot; more are answered 429 with Retry-After")
+      ->check(CLI::NonNegativeNumber);
+  add_flag_option(app, "--http-threads", a->http_threads,
+                  "Connections served at once (each streaming response holds one)")
+      ->check(CLI::Range(4, 4096));
+  add_flag_option(app, "--prefill-chunk", a->prefill_chunk,
+                  "Prompt tokens per engine step, over all prefilling requests")
+      ->check(CLI::PositiveNumber);
+  add_flag_option(app, "--reasoning-format", a->reasoning_format,
+                  "parsed: the chain of thought in message.reasoning_content; none: inline in "
+                  "the content (a request's 'reasoning_format' overrides)");
+  add_threads_option(app, a->threads);
+  a->gen->n_predict = 2048;
+  add_generate_options(app, a->gen,
+                       "Default max_tokens of a request that gives none (clipped to the context; "
+                       "0: up to the context)");
+  app.callback([a] { run(*a); });
+}
+
+const RegisterCommand reg("serve",
+                          "OpenAI-compatible HTTP server with per-request KV compression", setup);
+
+}  // namespace
+}  // namespace rkv::cli
