@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds rkv and runs the whole test suite: the release build's tests, then the same tests under
-# AddressSanitizer + UndefinedBehaviorSanitizer. `scripts/test.sh --fast` skips the sanitizer run.
+# Builds rkv and runs the whole test suite: the release build's tests (the server's JavaScript
+# client tests among them), then the same tests under AddressSanitizer + UndefinedBehaviorSanitizer,
+# then the engine and server tests under ThreadSanitizer. `scripts/test.sh --fast` skips the
+# sanitizer runs.
 # The golden files are read from ../shared (tests that need them skip, saying so, when absent).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +16,7 @@ done
 ./scripts/setup.sh
 jobs=$(nproc)
 presets=(release)
-if [ "$fast" -eq 0 ]; then presets+=(asan); fi
+if [ "$fast" -eq 0 ]; then presets+=(asan tsan); fi
 for preset in "${presets[@]}"; do
   echo "=== ${preset}: configure and build"
   cmake --preset "$preset" >/dev/null

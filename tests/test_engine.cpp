@@ -1,0 +1,272 @@
+// The public Engine (include/rkv/engine.h) on the shipped tiny model: a request through it gives
+// the batch engine's tokens; stop strings cut the text; invalid requests are refused by
+// prepare() alone; cancellation frees a slot at once, from another thread too; and the engine's
+// own thread serves many submitters with results identical to serving each alone.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/batch_engine.h"
+#include "model/model.h"
+#include "rkv/engine.h"
+#include "rkv/tokenizer.h"
+#include "test_util.h"
+
+namespace rkv {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kModel = fs::path(RKV_SOURCE_DIR) / "models/rkv-tiny-reasoner";
+
+std::vector<std::string> held_out_questions(std::size_t n) {
+  std::ifstream in(fs::path(RKV_SOURCE_DIR) / "data/chains_test.jsonl");
+  std::vector<std::string> out;
+  std::string line;
+  while (out.size() < n && std::getline(in, line))
+    out.push_back(nlohmann::json::parse(line).at("problem").get<std::string>());
+  return out;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = Model::load(kModel).release();
+    tokenizer_ = new Tokenizer(Tokenizer::load(kModel));
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete tokenizer_;
+  }
+  static Request greedy(const std::string& text, const std::string& method, int budget) {
+    Request r;
+    r.text = text;
+    r.max_new_tokens = 600;
+    r.sampling.temperature = 0.0f;
+    r.compression = CompressionParams::defaults(parse_method(method));
+    if (method != "fullkv") {
+      r.compression.budget = budget;
+      r.compression.buffer = 16;
+    }
+    return r;
+  }
+  static Model* model_;
+  static Tokenizer* tokenizer_;
+  ThreadPool pool_{2};
+};
+Model* EngineTest::model_ = nullptr;
+Tokenizer* EngineTest::tokenizer_ = nullptr;
+
+TEST_F(EngineTest, MatchesTheBatchEngineAndDecodesTheText) {
+  const std::string q = held_out_questions(1).at(0);
+  Engine engine(*model_, tokenizer_, pool_);
+  std::string streamed;
+  engine.submit(engine.prepare(greedy(q, "rkv", 160)),
+                {.on_token = [&](const TokenEvent& e) { streamed.append(e.text); },
+                 .on_done = {}});
+  engine.run_until_idle();
+  const auto done = engine.take_completions();
+  ASSERT_EQ(done.size(), 1u);
+  const Completion& c = done[0];
+
+  // The same request straight into the batch engine (the reference the engine wraps).
+  BatchEngine batch(*model_, pool_, {});
+  BatchRequest b;
+  const auto ids = tokenizer_->encode(q, true);
+  b.prompt.assign(ids.begin(), ids.end());
+  b.max_new_tokens = 600;
+  b.sampling.temperature = 0.0f;
+  b.eos_ids = model_->config().eos_token_ids;
+  b.compression = greedy(q, "rkv", 160).compression;
+  batch.submit(b);
+  batch.run();
+  const BatchResult ref = batch.take_results().at(0);
+
+  EXPECT_EQ(c.tokens, ref.tokens);
+  EXPECT_EQ(c.stop_reason, ref.stop_reason);
+  EXPECT_EQ(c.finish_reason, "stop");
+  EXPECT_GT(c.compressions, 0);
+  EXPECT_EQ(c.kv_bytes, ref.kv_bytes);
+  EXPECT_EQ(streamed, c.text);
+  EXPECT_EQ(c.text, tokenizer_->decode(std::vector<int32_t>(c.tokens.begin(), c.tokens.end())));
+  EXPECT_NE(c.text.find("Final answer: \\boxed{"), std::string::npos) << c.text;
+}
+
+TEST_F(EngineTest, StopStringsCutTheTextAndEndTheRequest) {
+  const std::string q = held_out_questions(1).at(0);
+  Engine engine(*model_, tokenizer_, pool_);
+  Request full = greedy(q, "fullkv", 0);
+  engine.submit(engine.prepare(full));
+  engine.run_until_idle();
+  const Completion whole = engine.take_completions().at(0);
+  const std::size_t cut = whole.text.find("verify");
+  ASSERT_NE(cut, std::string::npos) << whole.text;
+
+  Request stopped = full;
+  stopped.stop = {"verify"};
+  std::string streamed;
+  engine.submit(engine.prepare(stopped),
+                {.on_token = [&](const TokenEvent& e) { streamed.append(e.text); },
+                 .on_done = {}});
+  engine.run_until_idle();
+  const Completion c = engine.take_completions().at(0);
+  EXPECT_EQ(c.text, whole.text.substr(0, cut));
+  EXPECT_EQ(streamed, c.text);
+  EXPECT_EQ(c.finish_reason, "stop");
+  EXPECT_EQ(c.stop_reason, "stop");
+  EXPECT_EQ(c.matched_stop, "verify");
+  EXPECT_LT(c.tokens.size(), whole.tokens.size());
+}
+
+TEST_F(EngineTest, PrepareRefusesInvalidRequests) {
+  EngineOptions o;
+  o.kv_memory_bytes = 100000;
+  Engine engine(*model_, tokenizer_, pool_, o);
+  auto expect_error = [&](Request r, const std::string& words) {
+    try {
+      engine.prepare(std::move(r));
+      ADD_FAILURE() << "accepted; expected an error with: " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  Request none;
+  expect_error(none, "the prompt is empty");
+  Request two = greedy("1:a", "fullkv", 0);
+  two.prompt_ids = {1, 2};
+  expect_error(two, "exactly one prompt");
+  Request outside;
+  outside.prompt_ids = {1, 999999};
+  expect_error(outside, "outside the vocabulary");
+  Request too_long;
+  too_long.prompt_ids.assign(static_cast<std::size_t>(engine.context_size()), 5);
+  expect_error(too_long, "does not fit the context");
+  Request strict = greedy("1:a", "rkv", 64);
+  strict.strict_length = true;
+  strict.max_new_tokens = engine.context_size();
+  expect_error(strict, "were requested");
+  Request small_budget = greedy("1:a", "rkv", 4);
+  expect_error(small_budget, "larger than the window");
+  Request big_slot = greedy("1:a", "fullkv", 0);
+  big_slot.max_new_tokens = 2000;
+  expect_error(big_slot, "more than the whole KV memory cap");
+  Request bad_sampling = greedy("1:a", "fullkv", 0);
+  bad_sampling.sampling.top_p = 0.0f;
+  expect_error(bad_sampling, "top");
+  // Without a tokenizer only token ids in and out work.
+  Engine ids_only(*model_, nullptr, pool_);
+  expect_error(greedy("1:a", "fullkv", 0), "");
+  Request ids;
+  ids.prompt_ids = {1, 2, 3};
+  ids.decode_text = false;
+  EXPECT_NO_THROW(ids_only.prepare(ids));
+  ids.decode_text = true;
+  EXPECT_THROW(ids_only.prepare(ids), Error);
+}
+
+TEST_F(EngineTest, CancellingFreesTheSlotAtOnce) {
+  const auto qs = held_out_questions(2);
+  Request r = greedy(qs[0], "rkv", 96);
+  r.ignore_eos = true;
+  EngineOptions o;
+  Engine probe(*model_, tokenizer_, pool_);
+  // A cap with room for exactly one such slot: the second request waits for the first.
+  o.kv_memory_bytes = probe.prepare(r).slot_bytes + 1000;
+  Engine engine(*model_, tokenizer_, pool_, o);
+  int first_tokens = 0;
+  const std::uint64_t first = engine.submit(
+      engine.prepare(r), {.on_token = [&](const TokenEvent&) { ++first_tokens; }, .on_done = {}});
+  const std::uint64_t second = engine.submit(engine.prepare(greedy(qs[1], "rkv", 96)));
+  for (int i = 0; i < 20; ++i) engine.step();
+  EXPECT_EQ(engine.stats().running, 1);
+  EXPECT_EQ(engine.stats().waiting, 1);
+  engine.cancel(first);
+  engine.step();  // the cancel lands and the waiting request is admitted in the same step
+  auto done = engine.take_completions();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].id, first);
+  EXPECT_EQ(done[0].finish_reason, "cancelled");
+  EXPECT_EQ(static_cast<int>(done[0].tokens.size()), first_tokens);
+  engine.step();
+  EXPECT_EQ(engine.stats().running, 1);
+  EXPECT_EQ(engine.stats().waiting, 0);
+  engine.run_until_idle();
+  done = engine.take_completions();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].id, second);
+  EXPECT_EQ(done[0].finish_reason, "stop");
+  EXPECT_EQ(engine.stats().kv_bytes_in_use, 0u);
+  EXPECT_LE(engine.stats().peak_kv_bytes, o.kv_memory_bytes);
+  EXPECT_EQ(engine.stats().cancelled, 1);
+}
+
+TEST_F(EngineTest, ItsOwnThreadServesManySubmittersLikeEachAlone) {
+  const auto qs = held_out_questions(6);
+  const std::vector<std::pair<std::string, int>> methods = {
+      {"fullkv", 0}, {"rkv", 64}, {"snapkv", 96}, {"gkv", 96}, {"h2o", 64}, {"streamingllm", 48}};
+  // Each request alone first.
+  std::vector<Completion> alone;
+  {
+    Engine engine(*model_, tokenizer_, pool_);
+    for (std::size_t i = 0; i < qs.size(); ++i) {
+      engine.submit(engine.prepare(greedy(qs[i], methods[i].first, methods[i].second)));
+      engine.run_until_idle();
+      alone.push_back(engine.take_completions().at(0));
+    }
+  }
+  EngineOptions o;
+  o.kv_memory_bytes = 3 * alone[0].kv_bytes;  // some wait for a slot
+  Engine engine(*model_, tokenizer_, pool_, o);
+  engine.start();
+  std::vector<Completion> together(qs.size());
+  std::vector<std::thread> clients;
+  std::uint64_t cancelled_id = 0;
+  std::mutex m;
+  std::condition_variable cv;
+  int finished = 0;
+  for (std::size_t i = 0; i < qs.size(); ++i) {
+    clients.emplace_back([&, i] {
+      const auto p = engine.prepare(greedy(qs[i], methods[i].first, methods[i].second));
+      engine.submit(p, {.on_token = {}, .on_done = [&, i](const Completion& c) {
+                          std::lock_guard lock(m);
+                          together[i] = c;
+                          ++finished;
+                          cv.notify_all();
+                        }});
+    });
+  }
+  // One more that a client abandons at once.
+  {
+    Request r = greedy(qs[0], "rkv", 64);
+    r.ignore_eos = true;
+    r.max_new_tokens = 1500;
+    cancelled_id = engine.submit(engine.prepare(r), {.on_token = {}, .on_done = [&](auto&) {
+                                                       std::lock_guard lock(m);
+                                                       ++finished;
+                                                       cv.notify_all();
+                                                     }});
+    engine.cancel(cancelled_id);
+  }
+  for (auto& t : clients) t.join();
+  {
+    std::unique_lock lock(m);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120),
+                            [&] { return finished == static_cast<int>(qs.size()) + 1; }));
+  }
+  engine.stop();
+  for (std::size_t i = 0; i < qs.size(); ++i) {
+    EXPECT_EQ(together[i].tokens, alone[i].tokens) << methods[i].first;
+    EXPECT_EQ(together[i].text, alone[i].text) << methods[i].first;
+  }
+  const EngineStats s = engine.stats();
+  EXPECT_LE(s.peak_kv_bytes, o.kv_memory_bytes);
+  EXPECT_EQ(s.kv_bytes_in_use, 0u);
+  EXPECT_EQ(s.cancelled, 1);
+  EXPECT_EQ(s.finished, static_cast<std::int64_t>(qs.size()) + 1);
+}
+
+}  // namespace
+}  // namespace rkv

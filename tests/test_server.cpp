@@ -1,0 +1,268 @@
+// The HTTP server in-process on the shipped tiny model, through a real HTTP client (cpp-httplib)
+// on loopback: 503 while loading, completions identical to the engine's alone whatever runs
+// beside them, SSE framing, a client that goes away mid-stream cancels its request and frees
+// its slot, a full queue answers 429, and invalid requests get OpenAI error objects. The
+// ThreadSanitizer configuration runs these (scripts/test.sh).
+#include <gtest/gtest.h>
+
+#include <httplib.h>
+
+#include <fstream>
+#include <thread>
+
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "rkv/engine.h"
+#include "rkv/tokenizer.h"
+#include "server/server.h"
+#include "test_util.h"
+
+namespace rkv::server {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+const fs::path kModel = fs::path(RKV_SOURCE_DIR) / "models/rkv-tiny-reasoner";
+
+std::vector<std::string> held_out_questions(std::size_t n) {
+  std::ifstream in(fs::path(RKV_SOURCE_DIR) / "data/chains_test.jsonl");
+  std::vector<std::string> out;
+  std::string line;
+  while (out.size() < n && std::getline(in, line))
+    out.push_back(json::parse(line).at("problem").get<std::string>());
+  return out;
+}
+
+// A server on a free loopback port, serving on a thread of its own.
+class Running {
+ public:
+  explicit Running(ServerOptions o) : server_(std::move(o)) {
+    port_ = server_.bind();
+    thread_ = std::thread([this] { server_.serve(); });
+  }
+  ~Running() {
+    server_.stop();
+    thread_.join();
+  }
+  Server& server() { return server_; }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120, 0);
+    return c;
+  }
+
+ private:
+  Server server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = Model::load(kModel).release();
+    tokenizer_ = new Tokenizer(Tokenizer::load(kModel));
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete tokenizer_;
+  }
+  static json body(const std::string& question, const std::string& method, int budget,
+                   bool stream) {
+    json b = {{"prompt", question}, {"max_tokens", 600}, {"temperature", 0}, {"stream", stream}};
+    if (method != "fullkv") b["kv"] = {{"method", method}, {"budget", budget}, {"buffer", 16}};
+    else b["kv"] = {{"method", "fullkv"}};
+    return b;
+  }
+  static Model* model_;
+  static Tokenizer* tokenizer_;
+  ThreadPool pool_{2};
+};
+Model* ServerTest::model_ = nullptr;
+Tokenizer* ServerTest::tokenizer_ = nullptr;
+
+// The events of an SSE body; fails the test on anything but `data: ...` events and comments.
+std::vector<std::string> sse_events(const std::string& text) {
+  std::vector<std::string> events;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const std::size_t end = text.find("\n\n", i);
+    EXPECT_NE(end, std::string::npos) << "an event without its blank line: " << text.substr(i);
+    if (end == std::string::npos) break;
+    const std::string event = text.substr(i, end - i);
+    if (event.rfind(": ", 0) != 0) {
+      EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+      EXPECT_EQ(event.find('\n'), std::string::npos) << event;
+      events.push_back(event.substr(6));
+    }
+    i = end + 2;
+  }
+  return events;
+}
+
+TEST_F(ServerTest, LoadingThenServingLikeTheEngineAlone) {
+  ServerOptions o;
+  o.port = 0;
+  Running r(o);
+  auto client = r.client();
+  auto health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  auto early = client.Post("/v1/completions", R"({"prompt": "1:a"})", "application/json");
+  ASSERT_TRUE(early);
+  EXPECT_EQ(early->status, 503);
+  EXPECT_EQ(json::parse(early->body)["error"]["code"], "loading");
+
+  EngineOptions eo;
+  Engine engine(*model_, tokenizer_, pool_, eo);
+  engine.start();
+  r.server().set_engine(&engine, "tiny", {});
+  EXPECT_EQ(client.Get("/health")->status, 200);
+  EXPECT_EQ(json::parse(client.Get("/v1/models")->body)["data"][0]["id"], "tiny");
+
+  const auto qs = held_out_questions(6);
+  const std::vector<std::pair<std::string, int>> methods = {
+      {"fullkv", 0}, {"rkv", 96}, {"snapkv", 64}, {"gkv", 160}, {"h2o", 96}, {"streamingllm", 64}};
+  // What each request gives on the engine alone.
+  std::vector<std::string> alone;
+  {
+    Engine solo(*model_, tokenizer_, pool_);
+    for (std::size_t i = 0; i < qs.size(); ++i) {
+      Request q;
+      q.text = qs[i];
+      q.max_new_tokens = 600;
+      q.sampling.temperature = 0;
+      q.compression = parse_kv_object(body(qs[i], methods[i].first, methods[i].second, false)["kv"],
+                                      CompressionParams::defaults(Method::fullkv));
+      solo.submit(solo.prepare(q));
+      solo.run_until_idle();
+      alone.push_back(solo.take_completions().at(0).text);
+    }
+  }
+  // All at once over HTTP, half streaming.
+  std::vector<std::string> got(qs.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < qs.size(); ++i) {
+    threads.emplace_back([&, i] {
+      const bool stream = i % 2 == 1;
+      auto c = r.client();
+      auto res = c.Post("/v1/completions",
+                        body(qs[i], methods[i].first, methods[i].second, stream).dump(),
+                        "application/json");
+      ASSERT_TRUE(res);
+      ASSERT_EQ(res->status, 200) << res->body;
+      if (!stream) {
+        const json j = json::parse(res->body);
+        got[i] = j["choices"][0]["text"];
+        EXPECT_EQ(j["kv"]["method"], methods[i].first);
+        EXPECT_EQ(j["usage"]["completion_tokens"].get<int>() + j["usage"]["prompt_tokens"].get<int>(),
+                  j["usage"]["total_tokens"].get<int>());
+        return;
+      }
+      EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+      const auto events = sse_events(res->body);
+      ASSERT_FALSE(events.empty());
+      EXPECT_EQ(events.back(), "[DONE]");
+      for (std::size_t e = 0; e + 1 < events.size(); ++e) {
+        const json chunk = json::parse(events[e]);
+        EXPECT_EQ(chunk["object"], "text_completion");
+        got[i] += chunk["choices"][0]["text"].get<std::string>();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (std::size_t i = 0; i < qs.size(); ++i) EXPECT_EQ(got[i], alone[i]) << methods[i].first;
+  engine.stop();
+}
+
+TEST_F(ServerTest, ADisconnectedStreamIsCancelledAndItsSlotFreed) {
+  ServerOptions o;
+  o.port = 0;
+  Running r(o);
+  Engine engine(*model_, tokenizer_, pool_);
+  engine.start();
+  r.server().set_engine(&engine, "tiny", {});
+  json b = body(held_out_questions(1)[0], "rkv", 96, true);
+  b["ignore_eos"] = true;
+  b["max_tokens"] = 1900;
+  int chunks = 0;
+  auto c = r.client();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = b.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char*, std::size_t, std::uint64_t, std::uint64_t) {
+    return ++chunks < 3;  // then the client hangs up
+  };
+  auto res = c.send(req);
+  EXPECT_FALSE(res);  // the client cancelled the transfer
+  // The server notices at its next write and cancels: the slot is free well before 1900 tokens.
+  for (int i = 0; i < 1000 && engine.stats().cancelled == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const EngineStats s = engine.stats();
+  EXPECT_EQ(s.cancelled, 1);
+  EXPECT_EQ(s.running, 0);
+  EXPECT_EQ(s.kv_bytes_in_use, 0u);
+  EXPECT_LT(s.generated_tokens, 1900);
+  const std::string metrics = r.client().Get("/metrics")->body;
+  EXPECT_NE(metrics.find("rkv_requests_cancelled_total 1\n"), std::string::npos) << metrics;
+  engine.stop();
+}
+
+TEST_F(ServerTest, AFullQueueAnswers429AndBadRequestsGetErrorObjects) {
+  ServerOptions o;
+  o.port = 0;
+  o.queue_limit = 1;
+  Running r(o);
+  Engine engine(*model_, tokenizer_, pool_);
+  r.server().set_engine(&engine, "tiny", {});  // not started yet: submissions stay queued
+  const json first = body(held_out_questions(1)[0], "fullkv", 0, false);
+  std::thread waiting([&] {
+    auto res = r.client().Post("/v1/completions", first.dump(), "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << res->body;
+  });
+  for (int i = 0; i < 1000 && engine.stats().waiting == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(engine.stats().waiting, 1);
+  auto busy = r.client().Post("/v1/completions", first.dump(), "application/json");
+  ASSERT_TRUE(busy);
+  EXPECT_EQ(busy->status, 429);
+  EXPECT_EQ(busy->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(json::parse(busy->body)["error"]["code"], "queue_full");
+  engine.start();
+  waiting.join();
+
+  auto client = r.client();
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"/v1/chat/completions", "{not json"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "kv": {"method": "rkv", "budget": 2}})"},
+      {"/v1/completions", json{{"prompt", std::string(30000, '7')}}.dump()},
+      {"/v1/completions", R"({"prompt": "1:a", "max_tokens": 2048})"},
+      {"/v1/completions", R"({"prompt": [1, 99999]})"},
+      {"/tokenize", R"({"content": 5})"},
+      {"/detokenize", R"({"tokens": [-1]})"},
+  };
+  for (const auto& [path, text] : bad) {
+    auto res = client.Post(path, text, "application/json");
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, 400) << path << " " << text.substr(0, 80) << " -> " << res->body;
+    const json err = json::parse(res->body)["error"];
+    EXPECT_TRUE(err["message"].is_string() && !err["message"].get<std::string>().empty());
+    EXPECT_EQ(err["type"], "invalid_request_error");
+  }
+  auto missing = client.Get("/v1/nothing");
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_TRUE(json::parse(missing->body).contains("error"));
+  // The server still serves after all that.
+  auto ok = client.Post("/tokenize", R"({"content": "2:a\n"})", "application/json");
+  ASSERT_EQ(ok->status, 200);
+  const json ids = json::parse(ok->body)["tokens"];
+  auto back = client.Post("/detokenize", json{{"tokens", ids}}.dump(), "application/json");
+  EXPECT_EQ(json::parse(back->body)["content"], "2:a\n");
+  engine.stop();
+}
+
+}  // namespace
+}  // namespace rkv::server
