@@ -166,6 +166,8 @@ class Engine {
 
   // A thread of the engine's own steps whenever there is work (and sleeps otherwise).
   void start();
+  // Stops the thread and cancels every unfinished request (each hears of it through its
+  // callbacks). Requests submitted afterwards complete at once with an error, until start().
   void stop();
 
   EngineStats stats() const;
@@ -193,6 +195,7 @@ class Engine {
   std::uint64_t next_id_ = 1;
   EngineStats stats_;
   bool stopping_ = false;
+  bool stopped_ = false;  // stop() has run: submissions complete at once with an error
   std::thread thread_;
 };
 

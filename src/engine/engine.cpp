@@ -151,9 +151,19 @@ std::uint64_t Engine::submit(PreparedRequest request, RequestCallbacks callbacks
     if (tokenizer_ == nullptr) throw Error("text output needs a tokenizer");
     a->text = std::make_unique<TextStream>(*tokenizer_, a->prepared.request.stop);
   }
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   a->id = next_id_++;
   const std::uint64_t id = a->id;
+  if (stopped_) {
+    // Nothing will step again: the submitter hears so at once instead of waiting forever.
+    lock.unlock();
+    Completion c;
+    c.stop_reason = "error";
+    c.error = "the engine has stopped (the server is shutting down)";
+    c.prompt_tokens = static_cast<int>(a->prepared.prompt.size());
+    complete(*a, std::move(c));
+    return id;
+  }
   inbox_.push_back(std::move(a));
   ++stats_.waiting;
   wake_.notify_all();
@@ -304,6 +314,7 @@ void Engine::start() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = false;
+    stopped_ = false;
   }
   thread_ = std::thread([this] {
     for (;;) {
@@ -336,6 +347,8 @@ void Engine::stop() {
     left = left || !inbox_.empty();
   }
   if (left) step();
+  std::lock_guard lock(mutex_);
+  stopped_ = true;
 }
 
 EngineStats Engine::stats() const {

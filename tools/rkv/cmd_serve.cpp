@@ -1,6 +1,7 @@
 // rkv serve: an OpenAI-compatible HTTP server with per-request KV compression (docs/SERVER.md).
 #include <pthread.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -67,10 +68,13 @@ void run(const Args& a) {
   std::fprintf(stderr, "[serve] listening on http://%s:%d (loading the model; /health: 503)\n",
                a.host.c_str(), port);
   std::thread http([&server] { server.serve(); });
-  std::thread waiter([&server, &stop_signals] {
+  std::atomic<Engine*> running_engine{nullptr};
+  std::thread waiter([&server, &stop_signals, &running_engine] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
-    if (sig == SIGINT || sig == SIGTERM) std::fprintf(stderr, "[serve] stopping\n");
+    std::fprintf(stderr, "[serve] stopping\n");
+    // Requests in flight are cancelled first, so their handlers end and the server can stop.
+    if (Engine* e = running_engine.load()) e->stop();
     server.stop();
   });
   auto shutdown = [&] {
@@ -108,6 +112,7 @@ void run(const Args& a) {
     name = std::filesystem::path(a.model).filename().string();
     if (name.empty()) name = std::filesystem::path(a.model).parent_path().filename().string();
   }
+  running_engine.store(engine.get());
   server.set_engine(engine.get(), name, defaults);
   std::fprintf(stderr,
                "[serve] ready: model %s, context %d, KV cap %s, parallel %s, default method %s, "
