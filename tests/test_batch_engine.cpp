@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "engine/batch_engine.h"
 #include "engine/generator.h"
+#include "rkv/engine.h"
 #include "test_util.h"
 
 namespace rkv {
@@ -60,22 +61,21 @@ const std::vector<Spec> kSpecs = {
     {"gkv", 24, 40, 30},   {"streamingllm", 12, 15, 60}, {"rkv", 32, 5, 20},
 };
 
-TEST_F(BatchEngineTest, AloneMatchesTheSingleSequenceGenerator) {
-  // The batch engine with one request and the Generator are the same computation.
+TEST_F(BatchEngineTest, AloneMatchesThePublicEngine) {
+  // The public engine over a request of token ids and the batch engine are the same computation.
   const Spec spec = kSpecs[1];
   const BatchRequest request = make_request(spec, 1);
-  Generator generator(*model_, pool_);
-  GenerateOptions options;
-  options.max_new_tokens = spec.max_new;
-  options.sampling = request.sampling;
-  options.ignore_eos = true;
-  options.compression = request.compression;
-  std::vector<int> expected;
-  generator.generate(request.prompt, options, [&](int t) {
-    expected.push_back(t);
-    return true;
-  });
-  EXPECT_EQ(alone(spec, 1), expected);
+  Engine engine(*model_, nullptr, pool_);
+  Request r;
+  r.prompt_ids = request.prompt;
+  r.max_new_tokens = spec.max_new;
+  r.sampling = request.sampling;
+  r.ignore_eos = true;
+  r.decode_text = false;
+  r.compression = request.compression;
+  engine.submit(engine.prepare(r));
+  engine.run_until_idle();
+  EXPECT_EQ(alone(spec, 1), engine.take_completions().at(0).tokens);
 }
 
 TEST_F(BatchEngineTest, EverySequenceOfABatchMatchesItsRunAlone) {

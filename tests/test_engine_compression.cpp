@@ -16,22 +16,18 @@ namespace {
 
 std::vector<int> greedy(const Model& model, const std::vector<int>& prompt, int n,
                         const CompressionParams& params, const CompressionListener& listener = {},
-                        GenerateStats* stats_out = nullptr) {
+                        BatchResult* stats_out = nullptr) {
   ThreadPool pool(2);
-  Generator generator(model, pool);
-  GenerateOptions options;
-  options.max_new_tokens = n;
-  options.sampling.temperature = 0.0f;
-  options.ignore_eos = true;
-  options.compression = params;
-  options.on_compression = listener;
-  std::vector<int> out;
-  const GenerateStats stats = generator.generate(prompt, options, [&](int t) {
-    out.push_back(t);
-    return true;
-  });
-  if (stats_out) *stats_out = stats;
-  return out;
+  BatchRequest request;
+  request.prompt = prompt;
+  request.max_new_tokens = n;
+  request.sampling.temperature = 0.0f;
+  request.ignore_eos = true;
+  request.compression = params;
+  request.on_compression = listener;
+  BatchResult result = generate_alone(model, pool, std::move(request));
+  if (stats_out) *stats_out = result;
+  return result.tokens;
 }
 
 CompressionParams preset(const std::string& method, int budget, int buffer, int window) {
@@ -88,7 +84,7 @@ TEST_F(EngineCompression, SmallBudgetsKeepTheInvariants) {
           ASSERT_TRUE(kept_set.count(e.n_before - 1 - w)) << "window entry " << w;
       }
     };
-    GenerateStats stats;
+    BatchResult stats;
     const auto tokens =
         greedy(*model_, prompt_, n, preset(method, budget, buffer, window), listener, &stats);
     EXPECT_EQ(static_cast<int>(tokens.size()), n);
@@ -97,7 +93,7 @@ TEST_F(EngineCompression, SmallBudgetsKeepTheInvariants) {
     EXPECT_EQ(stats.cache_capacity, budget + buffer);
     EXPECT_LE(stats.max_cache_entries, budget + buffer);
     EXPECT_EQ(
-        stats.kv_bytes_allocated,
+        stats.kv_bytes,
         static_cast<std::size_t>(2 * model_->config().num_layers * model_->config().num_kv_heads *
                                  (budget + buffer) * model_->config().head_dim * 4));
   }
@@ -108,7 +104,7 @@ TEST_F(EngineCompression, LongPromptIsCompressedAtTheEndOfPrefill) {
   for (int i = 0; i < 50; ++i) long_prompt.push_back(3 + (i * 53) % 500);
   std::vector<std::int64_t> steps;
   auto listener = [&](const CompressionEvent& e) { steps.push_back(e.step); };
-  GenerateStats stats;
+  BatchResult stats;
   greedy(*model_, long_prompt, 5, preset("rkv", 16, 8, 4), listener, &stats);
   ASSERT_FALSE(steps.empty());
   // One compression per layer right after prefill (at 50 tokens), then at multiples of the buffer.

@@ -213,18 +213,18 @@ TEST(ModelErrors, BadRequestsLeaveTheCacheUntouched) {
   EXPECT_THROW(model->forward(too_many, scratch, pool, nullptr), Error);
   EXPECT_EQ(cache.length(0), 0);
 
-  Generator generator(*model, pool);
-  GenerateOptions options;
+  BatchEngineOptions options;
   options.context_size = 8;
-  const std::vector<int> long_prompt(8, 3);
+  BatchRequest long_prompt;
+  long_prompt.prompt.assign(8, 3);
   try {
-    generator.generate(long_prompt, options, [](int) { return true; });
+    generate_alone(*model, pool, long_prompt, options);
     FAIL() << "a prompt longer than the context must be rejected";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not fit the context of 8 tokens"),
               std::string::npos);
   }
-  EXPECT_THROW(generator.generate(std::vector<int>{}, options, [](int) { return true; }), Error);
+  EXPECT_THROW(generate_alone(*model, pool, BatchRequest{}, options), Error);
 }
 
 }  // namespace

@@ -458,24 +458,20 @@ class SkipKvGolden : public ::testing::Test {
       return "t" + std::to_string(id);
     };
   }
-  std::vector<int> greedy(const CompressionParams& params, int n, GenerateStats* stats = nullptr,
+  std::vector<int> greedy(const CompressionParams& params, int n, BatchResult* stats = nullptr,
                           const CompressionListener& listener = {}) {
     ThreadPool pool(2);
-    Generator generator(*model_, pool);
-    GenerateOptions options;
+    BatchRequest options;
+    options.prompt = prompt_;
     options.max_new_tokens = n;
     options.sampling.temperature = 0.0f;
     options.ignore_eos = true;
     options.compression = params;
     options.compression_vocab = vocab_;
     options.on_compression = listener;
-    std::vector<int> out;
-    const GenerateStats s = generator.generate(prompt_, options, [&](int t) {
-      out.push_back(t);
-      return true;
-    });
-    if (stats) *stats = s;
-    return out;
+    BatchResult result = generate_alone(*model_, pool, std::move(options));
+    if (stats) *stats = result;
+    return result.tokens;
   }
   std::unique_ptr<Model> model_;
   std::vector<int> prompt_;
@@ -510,7 +506,7 @@ TEST_F(SkipKvGolden, SmallBudgetKeepsTheInvariantsAndPenalisesSentences) {
   s.window = 4;
   s.tau = 0.0f;  // every earlier sentence with a positive cosine is "redundant"
   int events = 0, penalised = 0;
-  GenerateStats stats;
+  BatchResult stats;
   const auto tokens = greedy(s, 100, &stats, [&](const CompressionEvent& e) {
     ++events;
     for (const auto& head : e.diagnostics->heads) {

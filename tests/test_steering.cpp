@@ -273,20 +273,13 @@ TEST_F(SteeringGolden, ZeroStrengthIsBitIdenticalAndStrengthMatchesTheDefinition
 
 TEST_F(SteeringGolden, GeneratorTakesTheVectorAndChecksIt) {
   ThreadPool pool(1);
-  Generator generator(*model_, pool);
-  GenerateOptions options;
+  BatchRequest options;
+  options.prompt = prompt_;
   options.max_new_tokens = 20;
   options.sampling.temperature = 0.0f;
   options.ignore_eos = true;
   options.compression_vocab = vocab_;
-  auto generate = [&] {
-    std::vector<int> out;
-    generator.generate(prompt_, options, [&](int t) {
-      out.push_back(t);
-      return true;
-    });
-    return out;
-  };
+  auto generate = [&] { return generate_alone(*model_, pool, options).tokens; };
   const auto plain = generate();
   options.steering = {vector_, 0.0f, 0.0f};
   EXPECT_EQ(generate(), plain);
@@ -440,16 +433,14 @@ TEST(SteeringCalibration, VectorFromLabelledThoughtsLoadsForItsModelOnly) {
   auto other = Model::load(dir.path() / "m2");
   expect_error([&] { load_steering_vector_for(path, *other); }, "does not belong to this model");
 
-  Generator generator(*model, pool);
-  GenerateOptions g;
+  BatchRequest g;
+  g.prompt = prompt;
   g.max_new_tokens = 16;
   g.sampling.temperature = 0.0f;
   g.ignore_eos = true;
   g.compression_vocab = vocab;
   g.steering = {loaded, 1.0f, 0.02f};
-  int n = 0;
-  generator.generate(prompt, g, [&](int) { return ++n > 0; });
-  EXPECT_EQ(n, 16);
+  EXPECT_EQ(generate_alone(*model, pool, g).tokens.size(), 16u);
 
   // The same through the command line.
   const std::string rkv = test::rkv_binary();

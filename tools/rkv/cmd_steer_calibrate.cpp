@@ -17,10 +17,10 @@
 #include "common.h"
 #include "core/error.h"
 #include "engine/compression_vocab.h"
-#include "engine/generator.h"
+#include "core/thread_pool.h"
 #include "engine/steering.h"
 #include "model/model.h"
-#include "rkv/chat_template.h"
+#include "rkv/engine.h"
 #include "rkv/tokenizer.h"
 
 namespace rkv::cli {
@@ -90,17 +90,7 @@ void run(const Args& a) {
   std::vector<std::string> prompts = read_prompts(a.dataset);
   if (a.limit > 0 && static_cast<std::size_t>(a.limit) < prompts.size())
     prompts.resize(static_cast<std::size_t>(a.limit));
-  const ChatTemplate chat_template = resolve_chat_template(tokenizer, a.chat_template);
   const CompressionVocab vocab = compression_vocab(tokenizer);
-
-  GenerateOptions options;
-  options.max_new_tokens = a.n_predict;
-  options.sampling.temperature = a.temperature;
-  options.sampling.top_p = a.top_p;
-  options.eos_ids = c.eos_token_ids;
-  for (int id : tokenizer.eos_ids())
-    if (std::find(options.eos_ids.begin(), options.eos_ids.end(), id) == options.eos_ids.end())
-      options.eos_ids.push_back(id);
 
   std::unique_ptr<std::ofstream> thoughts_file;
   if (!a.thoughts_out.empty()) {
@@ -109,20 +99,26 @@ void run(const Args& a) {
   }
 
   ThreadPool pool(a.threads);
-  Generator generator(*model, pool);
+  EngineOptions engine_options;
+  engine_options.chat_template = a.chat_template;
+  Engine engine(*model, &tokenizer, pool, engine_options);
   SteeringCalibration calibration(*model, layer, model_fingerprint(model->dir(), c));
   std::fprintf(stderr, "[rkv] steer-calibrate: %zu prompts, layer %d of %d\n", prompts.size(),
                layer, c.num_layers);
   for (std::size_t i = 0; i < prompts.size(); ++i) {
-    const std::string text = render_chat(chat_template, {{"user", prompts[i] + a.suffix}}, true);
-    const auto ids = tokenizer.encode(text, true);
-    const std::vector<int> prompt(ids.begin(), ids.end());
-    options.sampling.seed = static_cast<std::uint64_t>(a.seed) + i;
-    std::vector<int> output;
-    const GenerateStats stats = generator.generate(prompt, options, [&](int token) {
-      output.push_back(token);
-      return true;
-    });
+    Request request;
+    request.messages = {{"user", prompts[i] + a.suffix}};
+    request.max_new_tokens = a.n_predict;
+    request.sampling.temperature = a.temperature;
+    request.sampling.top_p = a.top_p;
+    request.sampling.seed = static_cast<std::uint64_t>(a.seed) + i;
+    request.decode_text = false;
+    PreparedRequest prepared = engine.prepare(std::move(request));
+    const std::vector<int> prompt = prepared.prompt;
+    engine.submit(std::move(prepared));
+    engine.run_until_idle();
+    const Completion done = engine.take_completions().at(0);
+    const std::vector<int>& output = done.tokens;
     const std::vector<Thought> thoughts =
         calibration.add_sample(prompt, output, vocab.token_text, vocab.think_end_id, pool);
     int counts[3] = {0, 0, 0};
@@ -139,7 +135,7 @@ void run(const Args& a) {
     std::fprintf(stderr,
                  "[rkv] prompt %zu/%zu: %d tokens (%s), %zu thoughts: %d execution, %d reflection, "
                  "%d transition\n",
-                 i + 1, prompts.size(), stats.generated_tokens, stats.stop_reason.c_str(),
+                 i + 1, prompts.size(), static_cast<int>(output.size()), done.stop_reason.c_str(),
                  thoughts.size(), counts[0], counts[1], counts[2]);
   }
   SteeringVector v = calibration.finish();
