@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages rkv needs to build and test (Debian bookworm).
+# Installs what rkv needs to build and test (Debian bookworm): the Debian packages, and the npm
+# packages of the server's client tests (pinned by tests/server/package-lock.json).
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
@@ -10,12 +11,24 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The server's client tests run on node with npm packages (tests/server/package-lock.json);
+# Debian's nodejs and npm serve when the machine has no node of its own.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all build dependencies are installed"
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "setup: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+cd "$(dirname "$0")/.."
+stamp=tests/server/node_modules/.installed-from-package-lock.json
+if ! cmp -s tests/server/package-lock.json "$stamp"; then
+  echo "setup: installing the server tests' npm packages (tests/server/package-lock.json)"
+  npm ci --prefix tests/server --no-audit --no-fund --loglevel=error
+  cp tests/server/package-lock.json "$stamp"
+fi

@@ -65,8 +65,7 @@ TEST_F(EngineTest, MatchesTheBatchEngineAndDecodesTheText) {
   Engine engine(*model_, tokenizer_, pool_);
   std::string streamed;
   engine.submit(engine.prepare(greedy(q, "rkv", 160)),
-                {.on_token = [&](const TokenEvent& e) { streamed.append(e.text); },
-                 .on_done = {}});
+                {.on_token = [&](const TokenEvent& e) { streamed.append(e.text); }, .on_done = {}});
   engine.run_until_idle();
   const auto done = engine.take_completions();
   ASSERT_EQ(done.size(), 1u);
@@ -109,8 +108,7 @@ TEST_F(EngineTest, StopStringsCutTheTextAndEndTheRequest) {
   stopped.stop = {"verify"};
   std::string streamed;
   engine.submit(engine.prepare(stopped),
-                {.on_token = [&](const TokenEvent& e) { streamed.append(e.text); },
-                 .on_done = {}});
+                {.on_token = [&](const TokenEvent& e) { streamed.append(e.text); }, .on_done = {}});
   engine.run_until_idle();
   const Completion c = engine.take_completions().at(0);
   EXPECT_EQ(c.text, whole.text.substr(0, cut));

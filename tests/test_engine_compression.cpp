@@ -92,10 +92,9 @@ TEST_F(EngineCompression, SmallBudgetsKeepTheInvariants) {
     // Memory is fixed up front and never grows with the generation.
     EXPECT_EQ(stats.cache_capacity, budget + buffer);
     EXPECT_LE(stats.max_cache_entries, budget + buffer);
-    EXPECT_EQ(
-        stats.kv_bytes,
-        static_cast<std::size_t>(2 * model_->config().num_layers * model_->config().num_kv_heads *
-                                 (budget + buffer) * model_->config().head_dim * 4));
+    EXPECT_EQ(stats.kv_bytes, static_cast<std::size_t>(
+                                  2 * model_->config().num_layers * model_->config().num_kv_heads *
+                                  (budget + buffer) * model_->config().head_dim * 4));
   }
 }
 

@@ -70,8 +70,10 @@ class ServerTest : public ::testing::Test {
   static json body(const std::string& question, const std::string& method, int budget,
                    bool stream) {
     json b = {{"prompt", question}, {"max_tokens", 600}, {"temperature", 0}, {"stream", stream}};
-    if (method != "fullkv") b["kv"] = {{"method", method}, {"budget", budget}, {"buffer", 16}};
-    else b["kv"] = {{"method", "fullkv"}};
+    if (method != "fullkv")
+      b["kv"] = {{"method", method}, {"budget", budget}, {"buffer", 16}};
+    else
+      b["kv"] = {{"method", "fullkv"}};
     return b;
   }
   static Model* model_;
@@ -146,17 +148,18 @@ TEST_F(ServerTest, LoadingThenServingLikeTheEngineAlone) {
     threads.emplace_back([&, i] {
       const bool stream = i % 2 == 1;
       auto c = r.client();
-      auto res = c.Post("/v1/completions",
-                        body(qs[i], methods[i].first, methods[i].second, stream).dump(),
-                        "application/json");
+      auto res =
+          c.Post("/v1/completions", body(qs[i], methods[i].first, methods[i].second, stream).dump(),
+                 "application/json");
       ASSERT_TRUE(res);
       ASSERT_EQ(res->status, 200) << res->body;
       if (!stream) {
         const json j = json::parse(res->body);
         got[i] = j["choices"][0]["text"];
         EXPECT_EQ(j["kv"]["method"], methods[i].first);
-        EXPECT_EQ(j["usage"]["completion_tokens"].get<int>() + j["usage"]["prompt_tokens"].get<int>(),
-                  j["usage"]["total_tokens"].get<int>());
+        EXPECT_EQ(
+            j["usage"]["completion_tokens"].get<int>() + j["usage"]["prompt_tokens"].get<int>(),
+            j["usage"]["total_tokens"].get<int>());
         return;
       }
       EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
@@ -237,7 +240,8 @@ TEST_F(ServerTest, AFullQueueAnswers429AndBadRequestsGetErrorObjects) {
   auto client = r.client();
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"/v1/chat/completions", "{not json"},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "kv": {"method": "rkv", "budget": 2}})"},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": "x"}], "kv": {"method": "rkv", "budget": 2}})"},
       {"/v1/completions", json{{"prompt", std::string(30000, '7')}}.dump()},
       {"/v1/completions", R"({"prompt": "1:a", "max_tokens": 2048})"},
       {"/v1/completions", R"({"prompt": [1, 99999]})"},

@@ -151,17 +151,30 @@ TEST(OpenAiRequest, EveryInvalidBodyIsA400NamingTheField) {
        "kv.budget"},
       {R"({"messages": [{"role": "user", "content": "x"}], "reasoning_format": "xml"})",
        "reasoning_format"},
+      // Controls the server does not implement are refused, not silently ignored.
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 100}})",
+       "logit_bias"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.5})",
+       "presence_penalty"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": -1})",
+       "frequency_penalty"},
   };
   for (const auto& [body, param] : cases) {
     const auto [status, got] = refusal(body);
     EXPECT_EQ(status, 400) << body;
     EXPECT_EQ(got, param) << body;
   }
+  EXPECT_EQ(refusal(R"({"prompt": "x", "echo": true})", false).second, "echo");
+  EXPECT_EQ(refusal(R"({"prompt": "x", "suffix": "y"})", false).second, "suffix");
+  EXPECT_EQ(refusal(R"({"prompt": "x", "best_of": 2})", false).second, "best_of");
+  // Their neutral values are accepted (clients send them by default).
+  EXPECT_NO_THROW(parse(R"({"prompt": "x", "echo": false, "suffix": null, "best_of": 1,
+      "presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}})",
+                        false));
   EXPECT_EQ(refusal(R"({"prompt": ""})", false).second, "prompt");
   EXPECT_EQ(refusal(R"({"prompt": ["a", "b"]})", false).second, "prompt");
   EXPECT_EQ(refusal(R"({"prompt": [1, -2]})", false).second, "prompt");
-  EXPECT_EQ(refusal(R"({"messages": [{"role": "user", "content": "x"}]})", false).second,
-            "prompt");
+  EXPECT_EQ(refusal(R"({"messages": [{"role": "user", "content": "x"}]})", false).second, "prompt");
 }
 
 }  // namespace

@@ -76,9 +76,9 @@ struct Request {
 // A request that passed validation, with its prompt as token ids: what submit() takes.
 struct PreparedRequest {
   Request request;
-  std::vector<int> prompt;          // the token ids the model will see
-  std::vector<int> eos_ids;         // the model's and the tokenizer's end-of-sequence ids
-  int max_new_tokens = 0;           // clipped to the context
+  std::vector<int> prompt;           // the token ids the model will see
+  std::vector<int> eos_ids;          // the model's and the tokenizer's end-of-sequence ids
+  int max_new_tokens = 0;            // clipped to the context
   bool starts_in_reasoning = false;  // the prompt opens a <think> block (DeepSeek-R1 template)
   std::size_t slot_bytes = 0;        // its KV slot (cache at capacity)
   int cache_capacity = 0;            // entries per (layer, KV head)

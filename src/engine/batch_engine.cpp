@@ -116,9 +116,8 @@ void BatchEngine::retire(Sequence& s) {
   result.max_cache_entries = s.max_entries;
   if (s.admitted_yet()) {
     result.queued_seconds = seconds_between(s.submitted, s.admitted);
-    result.prefill_seconds =
-        s.prefilling() ? seconds_between(s.admitted, Clock::now())
-                       : seconds_between(s.admitted, s.prefill_done);
+    result.prefill_seconds = s.prefilling() ? seconds_between(s.admitted, Clock::now())
+                                            : seconds_between(s.admitted, s.prefill_done);
     kv_bytes_in_use_ -= s.slot_bytes;
   } else {
     result.queued_seconds = seconds_between(s.submitted, Clock::now());

@@ -65,8 +65,8 @@ class BatchEngine {
   std::size_t kv_bytes_in_use() const { return kv_bytes_in_use_; }
   std::size_t peak_kv_bytes() const { return peak_kv_bytes_; }
   int peak_running() const { return peak_running_; }
-  std::int64_t steps() const { return steps_; }            // forward passes run
-  double step_seconds() const { return step_seconds_; }    // their total wall time
+  std::int64_t steps() const { return steps_; }          // forward passes run
+  double step_seconds() const { return step_seconds_; }  // their total wall time
 
  private:
   // The rows of one forward pass and the sequence each row belongs to.

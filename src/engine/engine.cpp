@@ -126,8 +126,7 @@ PreparedRequest Engine::prepare(Request request) const {
   const SequenceCompressor compressor(request.compression, vocab, request.steering);
   p.max_new_tokens = std::min(request.max_new_tokens, context - prompt);
   p.cache_capacity = compressor.cache_capacity(prompt, p.max_new_tokens);
-  p.slot_bytes =
-      KvCache::kv_bytes_for(model_.cache_shape(p.cache_capacity, compressor.window()));
+  p.slot_bytes = KvCache::kv_bytes_for(model_.cache_shape(p.cache_capacity, compressor.window()));
   if (options_.kv_memory_bytes > 0 && p.slot_bytes > options_.kv_memory_bytes)
     throw Error("the request needs a KV cache of " + std::to_string(p.slot_bytes) + " bytes (" +
                 std::to_string(p.cache_capacity) +

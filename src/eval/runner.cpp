@@ -224,8 +224,9 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
       r.decode_text = false;  // graded from the ids, special tokens skipped
       r.compression = make_params(j.method, j.budget);
       r.steering = o.steering;
-      job_of[engine.submit(engine.prepare(std::move(r)),
-                           {.on_token = [&tokens](const TokenEvent&) { ++tokens; }, .on_done = {}})] = i;
+      job_of[engine.submit(
+          engine.prepare(std::move(r)),
+          {.on_token = [&tokens](const TokenEvent&) { ++tokens; }, .on_done = {}})] = i;
     }
     const auto t0 = Clock::now();
     auto last = t0;

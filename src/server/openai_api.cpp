@@ -63,8 +63,9 @@ std::string message_content(const json& content, std::size_t index) {
   for (const json& part : content) {
     if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
         !part["text"].is_string())
-      bad(param, "'" + param + "': only text parts ({\"type\": \"text\", \"text\": ...}) are "
-                 "supported");
+      bad(param, "'" + param +
+                     "': only text parts ({\"type\": \"text\", \"text\": ...}) are "
+                     "supported");
     out += part["text"].get<std::string>();
   }
   return out;
@@ -111,9 +112,9 @@ CompressionParams parse_kv_object(const json& kv, const CompressionParams& defau
     }
     for (const auto& [name, value] : kv.items()) {
       if (name == "method") continue;
-      const bool known = std::any_of(compression_param_table().begin(),
-                                     compression_param_table().end(),
-                                     [&](const ParamInfo& i) { return i.name == name; });
+      const bool known =
+          std::any_of(compression_param_table().begin(), compression_param_table().end(),
+                      [&](const ParamInfo& i) { return i.name == name; });
       if (!known) {
         std::string names;
         for (const ParamInfo& i : compression_param_table())
@@ -176,8 +177,10 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
       std::string role = m["role"].get<std::string>();
       if (role == "developer") role = "system";
       if (role != "system" && role != "user" && role != "assistant")
-        bad(param + ".role", "'" + param + ".role' must be system, developer, user or "
-                             "assistant, got '" + role + "'");
+        bad(param + ".role", "'" + param +
+                                 ".role' must be system, developer, user or "
+                                 "assistant, got '" +
+                                 role + "'");
       r.messages.push_back({role, message_content(m.value("content", json()), i)});
     }
   } else {
@@ -196,8 +199,9 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
       r.text = (*prompt)[0].get<std::string>();
       if (r.text.empty()) bad("prompt", "'prompt' is empty");
     } else {
-      bad("prompt", "'prompt' must be a string, an array of one string, or an array of token "
-                    "ids (one prompt per request)");
+      bad("prompt",
+          "'prompt' must be a string, an array of one string, or an array of token "
+          "ids (one prompt per request)");
     }
   }
 
@@ -216,8 +220,9 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
   r.sampling.min_p = static_cast<float>(get_number(j, "min_p", r.sampling.min_p, 0.0, 1.0));
   if (const json* seed = field(j, "seed")) {
     if (!seed->is_number_integer()) bad("seed", "'seed' must be an integer");
-    r.sampling.seed = seed->is_number_unsigned() ? seed->get<std::uint64_t>()
-                                                 : static_cast<std::uint64_t>(seed->get<long long>());
+    r.sampling.seed = seed->is_number_unsigned()
+                          ? seed->get<std::uint64_t>()
+                          : static_cast<std::uint64_t>(seed->get<long long>());
   } else if (!defaults.seeded) {
     r.sampling.seed = random_seed;
   }
@@ -246,8 +251,23 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
   }
   r.ignore_eos = get_bool(j, "ignore_eos", false);
   if (const json* lp = field(j, "logprobs");
-      (lp != nullptr && *lp != json(false) && *lp != json(0)) || field(j, "top_logprobs") != nullptr)
+      (lp != nullptr && *lp != json(false) && *lp != json(0)) ||
+      field(j, "top_logprobs") != nullptr)
     bad("logprobs", "logprobs are not supported by this server");
+  // Sampling controls this server does not implement are refused unless they ask for nothing.
+  for (const char* name : {"presence_penalty", "frequency_penalty"})
+    if (get_number(j, name, 0.0, -2.0, 2.0) != 0.0)
+      bad(name, std::string("'") + name + "' is not supported by this server (only 0)");
+  if (const json* lb = field(j, "logit_bias"); lb != nullptr && !(lb->is_object() && lb->empty()))
+    bad("logit_bias", "'logit_bias' is not supported by this server");
+  if (!chat) {
+    if (get_bool(j, "echo", false)) bad("echo", "'echo' is not supported by this server");
+    if (const json* suffix = field(j, "suffix");
+        suffix != nullptr && !(suffix->is_string() && suffix->get<std::string>().empty()))
+      bad("suffix", "'suffix' is not supported by this server");
+    if (get_int(j, "best_of", 1, 1, 1 << 30) != 1)
+      bad("best_of", "'best_of' other than 1 is not supported by this server");
+  }
   if (const json* tools = field(j, "tools"); tools != nullptr && !tools->empty())
     bad("tools", "tool calls are not supported by this server");
   if (const json* rf = field(j, "response_format")) {
@@ -263,8 +283,9 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
     } else if (v == "parsed" || v == "deepseek") {
       out.reasoning_inline = false;
     } else {
-      bad("reasoning_format", "'reasoning_format' must be 'parsed' (reasoning_content) or "
-                              "'none' (the reasoning inline in the content)");
+      bad("reasoning_format",
+          "'reasoning_format' must be 'parsed' (reasoning_content) or "
+          "'none' (the reasoning inline in the content)");
     }
   }
   r.compression = defaults.compression;

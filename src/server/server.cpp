@@ -46,6 +46,15 @@ json parse_body(const httplib::Request& req) {
   }
 }
 
+// A choice that did not complete: the engine failed it, or cancelled it because the server is
+// shutting down (a client that went away gets no response at all).
+json failure_body(const Completion& c) {
+  if (c.stop_reason == "cancelled")
+    return error_body("the server is shutting down; the request was cancelled", "server_error", {},
+                      "shutting_down");
+  return error_body(c.error, "server_error");
+}
+
 // What the engine thread hands a waiting handler: the text of each token as it comes, and each
 // choice's completion at the end.
 struct Channel {
@@ -143,28 +152,27 @@ void Server::set_engine(Engine* engine, std::string model_name, RequestDefaults 
 }
 
 void Server::Impl::routes() {
-  http.set_exception_handler([this](const httplib::Request&, httplib::Response& res,
-                                    std::exception_ptr ep) {
-    try {
-      std::rethrow_exception(ep);
-    } catch (const ApiError& e) {
-      if (e.status == 400) ++rejected_invalid;
-      send_error(res, e);
-    } catch (const Error& e) {
-      ++rejected_invalid;
-      send_json(res, 400, error_body(e.what(), "invalid_request_error"));
-    } catch (const std::exception& e) {
-      send_json(res, 500, error_body(e.what(), "server_error"));
-    } catch (...) {
-      send_json(res, 500, error_body("unknown error", "server_error"));
-    }
-  });
+  http.set_exception_handler(
+      [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        try {
+          std::rethrow_exception(ep);
+        } catch (const ApiError& e) {
+          if (e.status == 400) ++rejected_invalid;
+          send_error(res, e);
+        } catch (const Error& e) {
+          ++rejected_invalid;
+          send_json(res, 400, error_body(e.what(), "invalid_request_error"));
+        } catch (const std::exception& e) {
+          send_json(res, 500, error_body(e.what(), "server_error"));
+        } catch (...) {
+          send_json(res, 500, error_body("unknown error", "server_error"));
+        }
+      });
   http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    const std::string message =
-        res.status == 404   ? "no route " + req.method + " " + req.path
-        : res.status == 413 ? std::string("the request body is too large")
-                            : "HTTP " + std::to_string(res.status);
+    const std::string message = res.status == 404   ? "no route " + req.method + " " + req.path
+                                : res.status == 413 ? std::string("the request body is too large")
+                                                    : "HTTP " + std::to_string(res.status);
     send_json(res, res.status, error_body(message, "invalid_request_error"));
   });
   http.set_pre_routing_handler([this](const httplib::Request&, httplib::Response&) {
@@ -207,8 +215,7 @@ void Server::Impl::routes() {
                     type, name, value);
       out += line;
     };
-    metric("rkv_ready", "gauge", "1 when the model is loaded and requests are served.",
-           e ? 1 : 0);
+    metric("rkv_ready", "gauge", "1 when the model is loaded and requests are served.", e ? 1 : 0);
     metric("rkv_requests_running", "gauge", "Sequences holding a KV slot (prefilling or decoding).",
            s.running);
     metric("rkv_requests_waiting", "gauge", "Requests queued for a KV slot.", s.waiting);
@@ -224,8 +231,10 @@ void Server::Impl::routes() {
            static_cast<double>(s.prompt_tokens));
     metric("rkv_generated_tokens_total", "counter", "Tokens generated.",
            static_cast<double>(s.generated_tokens));
-    metric("rkv_compressions_total", "counter", "KV compressions (layer x step) of finished "
-           "requests.", static_cast<double>(s.compressions));
+    metric("rkv_compressions_total", "counter",
+           "KV compressions (layer x step) of finished "
+           "requests.",
+           static_cast<double>(s.compressions));
     metric("rkv_requests_finished_total", "counter", "Requests finished, any reason.",
            static_cast<double>(s.finished));
     metric("rkv_requests_cancelled_total", "counter", "Requests cancelled (client gone).",
@@ -272,8 +281,7 @@ void Server::Impl::routes() {
     const int vocab = e.model().config().vocab_size;
     for (const json& t : *it) {
       if (!t.is_number_integer() || t.get<long long>() < 0 || t.get<long long>() >= vocab)
-        throw ApiError(400, "'tokens' must hold ids in 0.." + std::to_string(vocab - 1),
-                       "tokens");
+        throw ApiError(400, "'tokens' must hold ids in 0.." + std::to_string(vocab - 1), "tokens");
       ids.push_back(t.get<std::int32_t>());
     }
     if (e.tokenizer() == nullptr) throw ApiError(400, "the server has no tokenizer");
@@ -351,175 +359,172 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   if (!parsed.stream) {
     // The body is written once every choice is done; until then, a blank every heartbeat
     // (JSON allows leading whitespace) finds out whether the client is still there.
-    res.set_chunked_content_provider(
-        "application/json",
-        [=](std::size_t, httplib::DataSink& sink) {
-          std::unique_lock lock(channel->mutex);
-          while (channel->done < n) {
-            if (!channel->cv.wait_for(lock, heartbeat, [&] { return channel->done >= n; })) {
-              lock.unlock();
-              const bool alive = sink.write(" ", 1);
-              lock.lock();
-              if (!alive) {
-                lock.unlock();
-                cancel_all();
-                return false;
-              }
-            }
-          }
-          std::vector<Completion> done = channel->completions;
+    res.set_chunked_content_provider("application/json", [=](std::size_t, httplib::DataSink& sink) {
+      std::unique_lock lock(channel->mutex);
+      while (channel->done < n) {
+        if (!channel->cv.wait_for(lock, heartbeat, [&] { return channel->done >= n; })) {
           lock.unlock();
-          json choices = json::array();
-          for (int i = 0; i < n; ++i) {
-            const Completion& c = done[static_cast<std::size_t>(i)];
-            if (c.stop_reason == "error") {
-              const std::string body =
-                  error_body(c.error, "server_error").dump();
-              sink.write(body.data(), body.size());
-              sink.done();
-              return true;
-            }
-            if (chat) {
-              json message = {{"role", "assistant"}};
-              if (split) {
-                ReasoningSplitter splitter(starts_in_reasoning);
-                auto d = splitter.push(c.text);
-                auto tail = splitter.finish();
-                d.reasoning += tail.reasoning;
-                d.content += tail.content;
-                message["content"] = d.content;
-                if (!d.reasoning.empty()) message["reasoning_content"] = d.reasoning;
-              } else {
-                message["content"] = c.text;
-              }
-              choices.push_back({{"index", i},
-                                 {"message", message},
-                                 {"finish_reason", c.finish_reason},
-                                 {"logprobs", nullptr}});
-            } else {
-              choices.push_back({{"index", i},
-                                 {"text", c.text},
-                                 {"finish_reason", c.finish_reason},
-                                 {"logprobs", nullptr}});
-            }
+          const bool alive = sink.write(" ", 1);
+          lock.lock();
+          if (!alive) {
+            lock.unlock();
+            cancel_all();
+            return false;
           }
-          const json body = {{"id", id},
-                             {"object", chat ? "chat.completion" : "text_completion"},
-                             {"created", created},
-                             {"model", model},
-                             {"choices", choices},
-                             {"usage", usage_body(done)},
-                             {"kv", kv_report(done)}};
-          const std::string text = body.dump();
-          sink.write(text.data(), text.size());
+        }
+      }
+      std::vector<Completion> done = channel->completions;
+      lock.unlock();
+      json choices = json::array();
+      for (int i = 0; i < n; ++i) {
+        const Completion& c = done[static_cast<std::size_t>(i)];
+        if (c.stop_reason == "error" || c.stop_reason == "cancelled") {
+          // The status line is sent already; the body says what went wrong.
+          const std::string body = failure_body(c).dump();
+          sink.write(body.data(), body.size());
           sink.done();
           return true;
-        });
+        }
+        if (chat) {
+          json message = {{"role", "assistant"}};
+          if (split) {
+            ReasoningSplitter splitter(starts_in_reasoning);
+            auto d = splitter.push(c.text);
+            auto tail = splitter.finish();
+            d.reasoning += tail.reasoning;
+            d.content += tail.content;
+            message["content"] = d.content;
+            if (!d.reasoning.empty()) message["reasoning_content"] = d.reasoning;
+          } else {
+            message["content"] = c.text;
+          }
+          choices.push_back({{"index", i},
+                             {"message", message},
+                             {"finish_reason", c.finish_reason},
+                             {"logprobs", nullptr}});
+        } else {
+          choices.push_back({{"index", i},
+                             {"text", c.text},
+                             {"finish_reason", c.finish_reason},
+                             {"logprobs", nullptr}});
+        }
+      }
+      const json body = {{"id", id},
+                         {"object", chat ? "chat.completion" : "text_completion"},
+                         {"created", created},
+                         {"model", model},
+                         {"choices", choices},
+                         {"usage", usage_body(done)},
+                         {"kv", kv_report(done)}};
+      const std::string text = body.dump();
+      sink.write(text.data(), text.size());
+      sink.done();
+      return true;
+    });
     return;
   }
 
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream", [=](std::size_t, httplib::DataSink& sink) {
-        auto send = [&sink](const json& chunk) {
-          const std::string line = "data: " + chunk.dump() + "\n\n";
-          return sink.write(line.data(), line.size());
-        };
-        auto chunk_of = [&](json choices) {
-          return json{{"id", id},
-                      {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                      {"created", created},
-                      {"model", model},
-                      {"choices", std::move(choices)}};
-        };
-        auto delta_chunk = [&](int i, const char* key, const std::string& text) {
-          if (chat)
-            return chunk_of(json::array(
-                {{{"index", i}, {"delta", {{key, text}}}, {"finish_reason", nullptr}}}));
-          return chunk_of(json::array(
-              {{{"index", i}, {"text", text}, {"finish_reason", nullptr}, {"logprobs", nullptr}}}));
-        };
-        std::vector<ReasoningSplitter> splitters(static_cast<std::size_t>(n),
-                                                 ReasoningSplitter(starts_in_reasoning));
-        auto send_text = [&](int i, const ReasoningSplitter::Delta& d) {
-          if (!d.reasoning.empty() && !send(delta_chunk(i, "reasoning_content", d.reasoning)))
-            return false;
-          if (!d.content.empty() && !send(delta_chunk(i, "content", d.content))) return false;
-          return true;
-        };
-        bool ok = true;
-        if (chat)
-          for (int i = 0; i < n && ok; ++i)
-            ok = send(chunk_of(json::array({{{"index", i},
-                                              {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                              {"finish_reason", nullptr}}})));
-        int finished = 0;
-        std::vector<Completion> done;
-        while (ok && finished < n) {
-          std::deque<Channel::Event> events;
-          {
-            std::unique_lock lock(channel->mutex);
-            channel->cv.wait_for(lock, heartbeat, [&] { return !channel->events.empty(); });
-            events.swap(channel->events);
-            if (finished + static_cast<int>(std::count_if(events.begin(), events.end(),
-                                                          [](const auto& e) { return e.done; })) >=
-                n)
-              done = channel->completions;
+  res.set_chunked_content_provider("text/event-stream", [=](std::size_t, httplib::DataSink& sink) {
+    auto send = [&sink](const json& chunk) {
+      const std::string line = "data: " + chunk.dump() + "\n\n";
+      return sink.write(line.data(), line.size());
+    };
+    auto chunk_of = [&](json choices) {
+      return json{{"id", id},
+                  {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                  {"created", created},
+                  {"model", model},
+                  {"choices", std::move(choices)}};
+    };
+    auto delta_chunk = [&](int i, const char* key, const std::string& text) {
+      if (chat)
+        return chunk_of(
+            json::array({{{"index", i}, {"delta", {{key, text}}}, {"finish_reason", nullptr}}}));
+      return chunk_of(json::array(
+          {{{"index", i}, {"text", text}, {"finish_reason", nullptr}, {"logprobs", nullptr}}}));
+    };
+    std::vector<ReasoningSplitter> splitters(static_cast<std::size_t>(n),
+                                             ReasoningSplitter(starts_in_reasoning));
+    auto send_text = [&](int i, const ReasoningSplitter::Delta& d) {
+      if (!d.reasoning.empty() && !send(delta_chunk(i, "reasoning_content", d.reasoning)))
+        return false;
+      if (!d.content.empty() && !send(delta_chunk(i, "content", d.content))) return false;
+      return true;
+    };
+    bool ok = true;
+    if (chat)
+      for (int i = 0; i < n && ok; ++i)
+        ok = send(chunk_of(json::array({{{"index", i},
+                                         {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                         {"finish_reason", nullptr}}})));
+    int finished = 0;
+    std::vector<Completion> done;
+    while (ok && finished < n) {
+      std::deque<Channel::Event> events;
+      {
+        std::unique_lock lock(channel->mutex);
+        channel->cv.wait_for(lock, heartbeat, [&] { return !channel->events.empty(); });
+        events.swap(channel->events);
+        if (finished + static_cast<int>(std::count_if(events.begin(), events.end(),
+                                                      [](const auto& e) { return e.done; })) >=
+            n)
+          done = channel->completions;
+      }
+      if (events.empty()) {
+        static const std::string ping = ": keep-alive\n\n";
+        ok = sink.write(ping.data(), ping.size());
+        continue;
+      }
+      for (const auto& e : events) {
+        if (!ok) break;
+        const auto i = static_cast<std::size_t>(e.choice);
+        if (!e.done) {
+          if (!split) {
+            ok = send(delta_chunk(e.choice, chat ? "content" : "text", e.text));
+            if (!chat) continue;
+          } else {
+            ok = send_text(e.choice, splitters[i].push(e.text));
           }
-          if (events.empty()) {
-            static const std::string ping = ": keep-alive\n\n";
-            ok = sink.write(ping.data(), ping.size());
-            continue;
-          }
-          for (const auto& e : events) {
-            if (!ok) break;
-            const auto i = static_cast<std::size_t>(e.choice);
-            if (!e.done) {
-              if (!split) {
-                ok = send(delta_chunk(e.choice, chat ? "content" : "text", e.text));
-                if (!chat) continue;
-              } else {
-                ok = send_text(e.choice, splitters[i].push(e.text));
-              }
-              continue;
-            }
-            ++finished;
-            Completion c;
-            {
-              std::lock_guard lock(channel->mutex);
-              c = channel->completions[i];
-            }
-            if (c.stop_reason == "error") {
-              ok = send(error_body(c.error, "server_error"));
-              continue;
-            }
-            if (split) ok = send_text(e.choice, splitters[i].finish());
-            json last = chat ? json{{"index", e.choice},
-                                    {"delta", json::object()},
-                                    {"finish_reason", c.finish_reason}}
-                             : json{{"index", e.choice},
-                                    {"text", ""},
-                                    {"finish_reason", c.finish_reason},
-                                    {"logprobs", nullptr}};
-            json chunk = chunk_of(json::array({last}));
-            chunk["kv"] = kv_report({c});
-            if (ok) ok = send(chunk);
-          }
+          continue;
         }
-        if (!ok) {
-          cancel_all();
-          return false;
+        ++finished;
+        Completion c;
+        {
+          std::lock_guard lock(channel->mutex);
+          c = channel->completions[i];
         }
-        if (parsed.include_usage) {
-          json chunk = chunk_of(json::array());
-          chunk["usage"] = usage_body(done);
-          if (!send(chunk)) return false;
+        if (c.stop_reason == "error" || c.stop_reason == "cancelled") {
+          ok = send(failure_body(c));  // OpenAI's clients raise an APIError on this event
+          continue;
         }
-        static const std::string end = "data: [DONE]\n\n";
-        sink.write(end.data(), end.size());
-        sink.done();
-        return true;
-      });
+        if (split) ok = send_text(e.choice, splitters[i].finish());
+        json last = chat ? json{{"index", e.choice},
+                                {"delta", json::object()},
+                                {"finish_reason", c.finish_reason}}
+                         : json{{"index", e.choice},
+                                {"text", ""},
+                                {"finish_reason", c.finish_reason},
+                                {"logprobs", nullptr}};
+        json chunk = chunk_of(json::array({last}));
+        chunk["kv"] = kv_report({c});
+        if (ok) ok = send(chunk);
+      }
+    }
+    if (!ok) {
+      cancel_all();
+      return false;
+    }
+    if (parsed.include_usage) {
+      json chunk = chunk_of(json::array());
+      chunk["usage"] = usage_body(done);
+      if (!send(chunk)) return false;
+    }
+    static const std::string end = "data: [DONE]\n\n";
+    sink.write(end.data(), end.size());
+    sink.done();
+    return true;
+  });
 }
 
 }  // namespace rkv::server

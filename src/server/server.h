@@ -22,11 +22,11 @@ namespace rkv::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;              // 0: any free port (see Server::port())
-  int queue_limit = 64;         // requests waiting for a slot beyond which new ones get 429
-  int http_threads = 128;       // connections served at once (streams hold one each)
-  std::string model_name;       // what /v1/models lists (default: the model directory's name)
-  RequestDefaults defaults;     // the generate flags given to `rkv serve`
+  int port = 8080;                 // 0: any free port (see Server::port())
+  int queue_limit = 64;            // requests waiting for a slot beyond which new ones get 429
+  int http_threads = 128;          // connections served at once (streams hold one each)
+  std::string model_name;          // what /v1/models lists (default: the model directory's name)
+  RequestDefaults defaults;        // the generate flags given to `rkv serve`
   double heartbeat_seconds = 0.5;  // idle time after which a waiting response probes the client
 };
 

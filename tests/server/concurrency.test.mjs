@@ -4,7 +4,8 @@
 // under the cap, cancel the abandoned requests, free every slot, and give every request the
 // same greedy text it gives that request alone.
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
+import OpenAI from 'openai';
 import { postJson, readMetrics, sleep, sseEvents, startServer, testPrompts } from './lib.mjs';
 
 const CLIENTS = 64;
@@ -24,17 +25,20 @@ const MALFORMED = [
 ];
 const ABORT_AFTER_CHUNKS = 3;
 
+// The server of the describe block running now (one at a time: node:test runs them in order).
 let server;
 
-before(async () => {
-  server = await startServer({ args: ['--kv-memory', KV_MEMORY, '--queue-limit', '100'] });
-});
-
-after(async () => {
-  if (!server) return;
-  const { code, signal } = await server.stop();
-  assert.deepEqual({ code, signal }, { code: 0, signal: null }, `clean exit on SIGTERM; stderr:\n${server.stderr()}`);
-});
+function withServer(args) {
+  before(async () => {
+    server = await startServer({ args });
+  });
+  after(async () => {
+    if (!server) return;
+    const { code, signal } = await server.stop();
+    assert.deepEqual({ code, signal }, { code: 0, signal: null }, `clean exit on SIGTERM; stderr:\n${server.stderr()}`);
+    server = undefined;
+  });
+}
 
 // What client `i` does. Deterministic, so that the mix is the same on every run and every
 // (method, streaming) pair occurs.
@@ -46,10 +50,11 @@ function plan(i, prompt) {
       const path = body.includes('messages') ? '/v1/chat/completions' : '/v1/completions';
       return { kind: 'malformed', path, body };
     }
+    // A long generation (no end-of-sequence): still running when the client hangs up.
     return {
       kind: 'abort',
       path: '/v1/completions',
-      body: { prompt, temperature: 0, max_tokens: MAX_TOKENS, stream: true, kv: { method: 'rkv', budget: 96 } },
+      body: { prompt, temperature: 0, max_tokens: 1500, ignore_eos: true, stream: true, kv: { method: 'rkv', budget: 96 } },
     };
   }
   const method = METHODS[i % METHODS.length];
@@ -123,7 +128,10 @@ async function abandon({ path, body }) {
   try {
     for await (const data of sseEvents(response.body)) {
       assert.notEqual(data, '[DONE]', 'the stream must not finish before the client hangs up');
-      if (++chunks === ABORT_AFTER_CHUNKS) controller.abort();
+      if (++chunks === ABORT_AFTER_CHUNKS) {
+        controller.abort();  // closes the connection
+        break;
+      }
     }
   } catch (error) {
     if (!controller.signal.aborted) throw error;
@@ -131,10 +139,7 @@ async function abandon({ path, body }) {
   return chunks;
 }
 
-async function malformed({ path, body }) {
-  const r = await postJson(`${server.url}${path}`, body, { timeoutMs: REQUEST_TIMEOUT_MS });
-  return r;
-}
+const malformed = ({ path, body }) => postJson(`${server.url}${path}`, body, { timeoutMs: REQUEST_TIMEOUT_MS });
 
 // Polls /metrics every ~100 ms until stop() and keeps what the test asserts on.
 function watchMetrics() {
@@ -165,103 +170,164 @@ function watchMetrics() {
   };
 }
 
-test('64 concurrent clients: cap respected, cancellations, same greedy output as alone', { timeout: 300_000 }, async (t) => {
-  const prompts = testPrompts(CLIENTS);
-  assert.equal(prompts.length, CLIENTS);
-  const plans = prompts.map((prompt, i) => plan(i, prompt));
-  const before = await readMetrics(server.url);
+describe('burst', () => {
+  withServer(['--kv-memory', KV_MEMORY, '--queue-limit', '100']);
 
-  const watcher = watchMetrics();
-  const started = Date.now();
-  const outcomes = await Promise.allSettled(
-    plans.map((p) => (p.kind === 'normal' ? send(p) : p.kind === 'abort' ? abandon(p) : malformed(p))),
-  );
-  const burstSeconds = (Date.now() - started) / 1000;
-  await watcher.stop();
-  const { seen } = watcher;
-  t.diagnostic(`burst: ${burstSeconds.toFixed(1)} s, ${seen.samples} metrics samples, ` +
-    `most running ${seen.maxRunning}, most waiting ${seen.maxWaiting}`);
+  test('64 concurrent clients: cap respected, cancellations, same greedy output as alone', { timeout: 240_000 }, async (t) => {
+    const prompts = testPrompts(CLIENTS);
+    assert.equal(prompts.length, CLIENTS);
+    const plans = prompts.map((prompt, i) => plan(i, prompt));
+    const initial = await readMetrics(server.url);
 
-  assert.ok(server.alive(), `the server died during the burst:\n${server.stderr()}`);
-  const failures = outcomes
-    .map((o, i) => (o.status === 'rejected' ? `client ${i} (${plans[i].kind}): ${o.reason?.stack ?? o.reason}` : null))
-    .filter(Boolean);
-  assert.deepEqual(failures, []);
+    const watcher = watchMetrics();
+    const started = Date.now();
+    const outcomes = await Promise.allSettled(
+      plans.map((p) => (p.kind === 'normal' ? send(p) : p.kind === 'abort' ? abandon(p) : malformed(p))),
+    );
+    const burstSeconds = (Date.now() - started) / 1000;
+    await watcher.stop();
+    const { seen } = watcher;
+    t.diagnostic(`burst: ${burstSeconds.toFixed(1)} s, ${seen.samples} metrics samples, ` +
+      `most running ${seen.maxRunning}, most waiting ${seen.maxWaiting}`);
 
-  // Every well-formed request succeeded; every malformed one got a 4xx OpenAI error object.
-  for (const [i, p] of plans.entries()) {
-    const value = outcomes[i].value;
-    if (p.kind === 'normal') {
-      assert.equal(value.status, 200, `client ${i}: ${value.error}`);
-      assert.ok(['stop', 'length'].includes(value.finish), `client ${i}: finish_reason ${value.finish}`);
-      assert.ok(value.text.length > 0, `client ${i}: empty text`);
-      assert.equal(value.kv.method, p.body.kv.method);
-    } else if (p.kind === 'malformed') {
-      assert.ok(value.status >= 400 && value.status < 500, `client ${i}: HTTP ${value.status}`);
-      assert.equal(value.status === 429, false, 'no 429: the queue limit is above the client count');
-      assert.equal(typeof value.json?.error?.message, 'string', `client ${i}: ${value.text}`);
-    } else {
-      assert.equal(value, ABORT_AFTER_CHUNKS, `client ${i} read ${value} chunks before hanging up`);
+    assert.ok(server.alive(), `the server died during the burst:\n${server.stderr()}`);
+    const failures = outcomes
+      .map((o, i) => (o.status === 'rejected' ? `client ${i} (${plans[i].kind}): ${o.reason?.stack ?? o.reason}` : null))
+      .filter(Boolean);
+    assert.deepEqual(failures, []);
+
+    // Every well-formed request succeeded; every malformed one got a 4xx OpenAI error object.
+    for (const [i, p] of plans.entries()) {
+      const value = outcomes[i].value;
+      if (p.kind === 'normal') {
+        assert.equal(value.status, 200, `client ${i}: ${value.error}`);
+        assert.ok(['stop', 'length'].includes(value.finish), `client ${i}: finish_reason ${value.finish}`);
+        assert.ok(value.text.length > 0, `client ${i}: empty text`);
+        assert.equal(value.kv.method, p.body.kv.method);
+      } else if (p.kind === 'malformed') {
+        assert.ok(value.status >= 400 && value.status < 500, `client ${i}: HTTP ${value.status}`);
+        assert.notEqual(value.status, 429, 'no 429: the queue limit is above the client count');
+        assert.equal(typeof value.json?.error?.message, 'string', `client ${i}: ${value.text}`);
+      } else {
+        assert.equal(value, ABORT_AFTER_CHUNKS, `client ${i} read ${value} chunks before hanging up`);
+      }
     }
-  }
 
-  // The cap held at every sample, and it did make requests wait (else this test proves little).
-  assert.ok(seen.samples >= 10, `only ${seen.samples} metrics samples`);
-  assert.deepEqual(seen.errors, [], 'GET /metrics failed during the burst');
-  assert.deepEqual(seen.overCap, [], 'rkv_kv_bytes_in_use went over rkv_kv_bytes_cap');
-  assert.ok(seen.maxWaiting > 0, 'no request ever waited: the cap is too loose for this test');
-  assert.ok(seen.maxRunning > 1, 'never more than one request running: no batching');
+    // The cap held at every sample, and it did make requests wait (else this test proves little).
+    assert.ok(seen.samples >= 10, `only ${seen.samples} metrics samples`);
+    assert.deepEqual(seen.errors, [], 'GET /metrics failed during the burst');
+    assert.deepEqual(seen.overCap, [], 'rkv_kv_bytes_in_use went over rkv_kv_bytes_cap');
+    assert.ok(seen.maxWaiting > 0, 'no request ever waited: the cap is too loose for this test');
+    assert.ok(seen.maxRunning > 1, 'never more than one request running: no batching');
 
-  // The abandoned requests are cancelled and their slots freed within a few engine steps.
-  let m;
-  for (let tries = 0; ; tries++) {
+    // The abandoned requests are cancelled and their slots freed within a few engine steps.
+    let m;
+    for (let tries = 0; ; tries++) {
+      m = await readMetrics(server.url);
+      if (m.get('rkv_requests_running') === 0 && m.get('rkv_requests_waiting') === 0) break;
+      assert.ok(tries < 100, 'requests still running 10 s after every client finished or hung up');
+      await sleep(100);
+    }
+    const delta = (name) => m.get(name) - initial.get(name);
+    const aborted = plans.filter((p) => p.kind === 'abort').length;
+    const normal = plans.filter((p) => p.kind === 'normal').length;
+    assert.equal(delta('rkv_requests_cancelled_total'), aborted, 'one cancellation per client that hung up');
+    assert.equal(delta('rkv_requests_rejected_invalid_total'), plans.length - normal - aborted);
+    assert.equal(delta('rkv_requests_rejected_busy_total'), 0);
+    assert.equal(m.get('rkv_kv_bytes_in_use'), 0, 'every KV slot freed');
+    assert.ok(m.get('rkv_kv_bytes_peak') > 0);
+    assert.ok(m.get('rkv_kv_bytes_peak') <= m.get('rkv_kv_bytes_cap'), 'peak KV bytes over the cap');
+
+    // Each successful request again, alone: the same greedy text, finish reason and KV work.
+    const referenceStarted = Date.now();
+    const mismatches = [];
+    for (const [i, p] of plans.entries()) {
+      if (p.kind !== 'normal') continue;
+      const burst = outcomes[i].value;
+      const alone = await send(p);
+      assert.equal(alone.status, 200, `client ${i} alone: ${alone.error}`);
+      const where = `client ${i} (${p.chat ? 'chat' : 'completions'}, ${p.stream ? 'stream' : 'whole'}, ${JSON.stringify(p.body.kv)})`;
+      if (alone.text !== burst.text) {
+        let at = 0;
+        while (alone.text[at] === burst.text[at]) at++;
+        mismatches.push(`${where}: texts differ from character ${at} (burst ${burst.text.length} chars, alone ${alone.text.length})`);
+      }
+      if (alone.finish !== burst.finish) mismatches.push(`${where}: finish ${burst.finish} in the burst, ${alone.finish} alone`);
+      if (alone.kv.compressions !== burst.kv.compressions || alone.kv.kv_bytes !== burst.kv.kv_bytes) {
+        mismatches.push(`${where}: kv ${JSON.stringify(burst.kv)} in the burst, ${JSON.stringify(alone.kv)} alone`);
+      }
+      if (burst.usage && alone.usage && burst.usage.completion_tokens !== alone.usage.completion_tokens) {
+        mismatches.push(`${where}: ${burst.usage.completion_tokens} tokens in the burst, ${alone.usage.completion_tokens} alone`);
+      }
+    }
+    t.diagnostic(`${normal} reference requests alone: ${((Date.now() - referenceStarted) / 1000).toFixed(1)} s`);
+    assert.deepEqual(mismatches, []);
+
+    // Still healthy, nothing left running, and it still serves.
+    assert.equal((await fetch(`${server.url}/health`)).status, 200);
     m = await readMetrics(server.url);
-    if (m.get('rkv_requests_running') === 0 && m.get('rkv_requests_waiting') === 0) break;
-    assert.ok(tries < 100, 'requests still running 10 s after every client finished or hung up');
-    await sleep(100);
-  }
-  const delta = (name) => m.get(name) - before.get(name);
-  const aborted = plans.filter((p) => p.kind === 'abort').length;
-  const normal = plans.filter((p) => p.kind === 'normal').length;
-  assert.equal(delta('rkv_requests_cancelled_total'), aborted, 'one cancellation per client that hung up');
-  assert.equal(delta('rkv_requests_rejected_invalid_total'), plans.length - normal - aborted);
-  assert.equal(delta('rkv_requests_rejected_busy_total'), 0);
-  assert.equal(m.get('rkv_kv_bytes_in_use'), 0, 'every KV slot freed');
-  assert.ok(m.get('rkv_kv_bytes_peak') > 0);
-  assert.ok(m.get('rkv_kv_bytes_peak') <= m.get('rkv_kv_bytes_cap'), 'peak KV bytes over the cap');
+    assert.equal(m.get('rkv_requests_running'), 0);
+    assert.equal(m.get('rkv_kv_bytes_in_use'), 0);
+    const last = await postJson(`${server.url}/v1/completions`, { prompt: prompts[0], temperature: 0, max_tokens: 50 });
+    assert.equal(last.status, 200);
+    assert.equal(last.json.usage.completion_tokens, 50);
+    assert.ok(server.alive());
+  });
+});
 
-  // Each successful request again, alone: the same greedy text, finish reason and KV work.
-  const referenceStarted = Date.now();
-  const mismatches = [];
-  for (const [i, p] of plans.entries()) {
-    if (p.kind !== 'normal') continue;
-    const burst = outcomes[i].value;
-    const alone = await send(p);
-    assert.equal(alone.status, 200, `client ${i} alone: ${alone.error}`);
-    const where = `client ${i} (${p.chat ? 'chat' : 'completions'}, ${p.stream ? 'stream' : 'whole'}, ${JSON.stringify(p.body.kv)})`;
-    if (alone.text !== burst.text) {
-      let at = 0;
-      while (alone.text[at] === burst.text[at]) at++;
-      mismatches.push(`${where}: texts differ from character ${at} (burst ${burst.text.length} chars, alone ${alone.text.length})`);
-    }
-    if (alone.finish !== burst.finish) mismatches.push(`${where}: finish ${burst.finish} in the burst, ${alone.finish} alone`);
-    if (alone.kv.compressions !== burst.kv.compressions || alone.kv.kv_bytes !== burst.kv.kv_bytes) {
-      mismatches.push(`${where}: kv ${JSON.stringify(burst.kv)} in the burst, ${JSON.stringify(alone.kv)} alone`);
-    }
-    if (burst.usage && alone.usage && burst.usage.completion_tokens !== alone.usage.completion_tokens) {
-      mismatches.push(`${where}: ${burst.usage.completion_tokens} tokens in the burst, ${alone.usage.completion_tokens} alone`);
-    }
+// Polls /metrics until `ready(metrics)`; fails after `timeoutMs`.
+async function waitForMetrics(ready, what, timeoutMs = 10_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const m = await readMetrics(server.url);
+    if (ready(m)) return m;
+    assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
+    await sleep(10);
   }
-  t.diagnostic(`${normal} reference requests alone: ${((Date.now() - referenceStarted) / 1000).toFixed(1)} s`);
-  assert.deepEqual(mismatches, []);
+}
 
-  // Still healthy, nothing left running, and it still serves.
-  assert.equal((await fetch(`${server.url}/health`)).status, 200);
-  m = await readMetrics(server.url);
-  assert.equal(m.get('rkv_requests_running'), 0);
-  assert.equal(m.get('rkv_kv_bytes_in_use'), 0);
-  const last = await postJson(`${server.url}/v1/completions`, { prompt: prompts[0], temperature: 0, max_tokens: 50 });
-  assert.equal(last.status, 200);
-  assert.equal(last.json.usage.completion_tokens, 50);
-  assert.ok(server.alive());
+describe('queue limit', () => {
+  withServer(['--kv-memory', '8MiB', '--parallel', '1', '--queue-limit', '2']);
+
+  test('beyond --queue-limit waiting requests: 429 with Retry-After; the queued ones are served', { timeout: 60_000 }, async () => {
+    // Generations of ~2000 tokens (about a second each here) so that the queue stays full while
+    // the extra requests arrive.
+    const long = (i, stream = false) =>
+      fetch(`${server.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt: `${i}:a\n`, temperature: 0, max_tokens: 2000, ignore_eos: true, stream }),
+        signal: AbortSignal.timeout(30_000),
+      }).then(async (r) => ({ status: r.status, headers: r.headers, text: await r.text() }));
+    const initial = await readMetrics(server.url);
+
+    const running = long(1);
+    await waitForMetrics((m) => m.get('rkv_requests_running') === 1, 'the first request to run');
+    const queued = [long(2), long(3, true)];
+    await waitForMetrics((m) => m.get('rkv_requests_waiting') === 2, 'two requests waiting');
+
+    // The queue is full: one more (streaming or not) is turned away at once.
+    const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0, timeout: 10_000 });
+    const [plain, streamed, sdk] = await Promise.allSettled([
+      long(4),
+      long(5, true),
+      client.completions.create({ model: 'rkv', prompt: '6:a\n', max_tokens: 5 }),
+    ]);
+    for (const rejected of [plain.value, streamed.value]) {
+      assert.equal(rejected.status, 429, rejected.text.slice(0, 200));
+      assert.match(rejected.headers.get('retry-after') ?? '', /^[1-9][0-9]*$/, 'Retry-After: whole seconds');
+      assert.match(rejected.headers.get('content-type'), /^application\/json\b/);
+      assert.equal(typeof JSON.parse(rejected.text).error.message, 'string');
+    }
+    assert.equal(sdk.status, 'rejected');
+    assert.ok(sdk.reason instanceof OpenAI.RateLimitError, String(sdk.reason));
+    assert.equal(sdk.reason.status, 429);
+
+    for (const r of await Promise.all([running, ...queued])) {
+      assert.equal(r.status, 200, r.text.slice(0, 200));
+    }
+    const m = await waitForMetrics((x) => x.get('rkv_requests_running') === 0, 'the queue to drain');
+    assert.equal(m.get('rkv_requests_rejected_busy_total') - initial.get('rkv_requests_rejected_busy_total'), 3);
+    assert.equal(m.get('rkv_requests_waiting'), 0);
+  });
 });

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { after, before, test } from 'node:test';
 import { promisify } from 'node:util';
-import { examplePrompt, postJson, startServer } from './lib.mjs';
+import { examplePrompt, postJson, readMetrics, sleep, startServer } from './lib.mjs';
 
 const run = promisify(execFile);
 let server;
@@ -138,19 +138,18 @@ test('completions stream with n: 2: both choices, each finished once', { timeout
 });
 
 test('a stream waiting for a slot gets `: keep-alive` comments, framed as events', { timeout: 60_000 }, async () => {
-  // With --parallel 1, a long generation holds the only slot for a second or more; the stream
-  // behind it waits in the queue, and the server probes its client with comment lines meanwhile.
-  const long = postJson(`${server.url}/v1/completions`, {
-    prompt: '1:a\n',
-    temperature: 0,
-    max_tokens: 2000,
-    ignore_eos: true,
-  });
-  // Let the long request take the slot first.
-  for (let i = 0; i < 100; i++) {
-    const m = await fetch(`${server.url}/metrics`).then((r) => r.text());
-    if (/^rkv_requests_running 1$/m.test(m)) break;
-    await new Promise((r) => setTimeout(r, 10));
+  // With --parallel 1, two long generations (~1 s each here) hold the only slot in turn; the
+  // stream queued behind them waits well over the server's 0.5 s probe interval, and the server
+  // probes its client with comment lines meanwhile.
+  const long = (i) =>
+    postJson(`${server.url}/v1/completions`, { prompt: `${i}:a\n`, temperature: 0, max_tokens: 2000, ignore_eos: true });
+  const ahead = [long(1), long(2)];
+  // Both are in: one running, one waiting.
+  for (let i = 0; ; i++) {
+    const m = await readMetrics(server.url);
+    if (m.get('rkv_requests_running') === 1 && m.get('rkv_requests_waiting') === 1) break;
+    assert.ok(i < 500, 'the two long requests never got in');
+    await sleep(10);
   }
   const { status, headers, body } = await curl('/v1/completions', {
     prompt: '1:a\n',
@@ -158,7 +157,7 @@ test('a stream waiting for a slot gets `: keep-alive` comments, framed as events
     max_tokens: 3,
     stream: true,
   });
-  assert.equal((await long).status, 200);
+  for (const r of await Promise.all(ahead)) assert.equal(r.status, 200);
   assert.equal(status, 200);
   assertEventStreamHeaders(headers);
   const { events, comments } = parseSse(body);

@@ -7,9 +7,9 @@
 #include "command.h"
 #include "common.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "engine/case_dump.h"
 #include "engine/compression_trace.h"
-#include "core/thread_pool.h"
 #include "generate_options.h"
 #include "model/model.h"
 #include "rkv/engine.h"
@@ -47,8 +47,7 @@ void run(const Args& a) {
   if (sources != 1) throw Error("give exactly one of --prompt, --file or --prompt-ids");
   if (!a.prompt_ids.empty() && a.chat) throw Error("--chat needs a text prompt, not --prompt-ids");
   const GenerateFlags& g = *a.gen;
-  if (!g.stops.empty() && a.print_ids)
-    throw Error("--stop needs text output: drop --print-ids");
+  if (!g.stops.empty() && a.print_ids) throw Error("--stop needs text output: drop --print-ids");
 
   Request request;
   request.compression = g.kv->params();
@@ -99,11 +98,13 @@ void run(const Args& a) {
   engine_options.chat_template = g.chat_template;
   Engine engine(*model, tokenizer.get(), pool, engine_options);
   const std::uint64_t seed = request.sampling.seed;
-  engine.submit(engine.prepare(std::move(request)), {.on_token = [](const TokenEvent& e) {
-                  std::fwrite(e.text.data(), 1, e.text.size(), stdout);
-                  std::fflush(stdout);
-                },
-                .on_done = {}});
+  engine.submit(engine.prepare(std::move(request)), {.on_token =
+                                                         [](const TokenEvent& e) {
+                                                           std::fwrite(e.text.data(), 1,
+                                                                       e.text.size(), stdout);
+                                                           std::fflush(stdout);
+                                                         },
+                                                     .on_done = {}});
   engine.run_until_idle();
   const Completion c = engine.take_completions().at(0);
   if (c.stop_reason == "error") throw Error(c.error);

@@ -2,8 +2,10 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "command.h"
@@ -69,17 +71,29 @@ void run(const Args& a) {
                a.host.c_str(), port);
   std::thread http([&server] { server.serve(); });
   std::atomic<Engine*> running_engine{nullptr};
-  std::thread waiter([&server, &stop_signals, &running_engine] {
+  std::atomic<bool> stopped{false};
+  std::thread waiter([&server, &stop_signals, &running_engine, &stopped] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
+    if (stopped.load()) return;  // woken by the main thread at the end
     std::fprintf(stderr, "[serve] stopping\n");
     // Requests in flight are cancelled first, so their handlers end and the server can stop.
     if (Engine* e = running_engine.load()) e->stop();
     server.stop();
+    // Idle keep-alive connections (the client libraries pool them) would hold the HTTP threads
+    // for up to their 5 s timeout: with every request finished, exit without waiting for them.
+    for (int i = 0; i < 20 && !stopped.load(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!stopped.load()) {
+      std::fprintf(stderr, "[serve] stopped\n");
+      std::fflush(stderr);
+      std::_Exit(0);
+    }
   });
   auto shutdown = [&] {
     server.stop();
     http.join();
+    stopped.store(true);
     pthread_kill(waiter.native_handle(), SIGTERM);
     waiter.join();
   };
@@ -124,9 +138,11 @@ void run(const Args& a) {
                a.parallel > 0 ? std::to_string(a.parallel).c_str() : "as the cap allows",
                std::string(method_name(defaults.compression.method)).c_str(), a.threads);
   http.join();
+  stopped.store(true);
   pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();
   engine->stop();
+  std::fprintf(stderr, "[serve] stopped\n");
 }
 
 void setup(CLI::App& app) {
@@ -168,8 +184,8 @@ void setup(CLI::App& app) {
   app.callback([a] { run(*a); });
 }
 
-const RegisterCommand reg("serve",
-                          "OpenAI-compatible HTTP server with per-request KV compression", setup);
+const RegisterCommand reg("serve", "OpenAI-compatible HTTP server with per-request KV compression",
+                          setup);
 
 }  // namespace
 }  // namespace rkv::cli
