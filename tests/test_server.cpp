@@ -12,6 +12,7 @@
 
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "model/random_checkpoint.h"
 #include "rkv/engine.h"
 #include "rkv/tokenizer.h"
 #include "server/server.h"
@@ -265,6 +266,71 @@ TEST_F(ServerTest, AFullQueueAnswers429AndBadRequestsGetErrorObjects) {
   const json ids = json::parse(ok->body)["tokens"];
   auto back = client.Post("/detokenize", json{{"tokens", ids}}.dump(), "application/json");
   EXPECT_EQ(json::parse(back->body)["content"], "2:a\n");
+  engine.stop();
+}
+
+TEST(ServerReasoning, TheChainOfThoughtGoesToReasoningContent) {
+  // A model with DeepSeek-R1's template: the prompt opens <think>, so its output is reasoning
+  // until </think>; random weights rarely write </think>, and the split follows either way.
+  test::TempDir dir("r1");
+  RandomCheckpointOptions shape;
+  shape.shape = "tiny-r1";
+  shape.dtype = DType::F32;
+  shape.seed = 3;
+  write_random_checkpoint(dir.path(), shape);
+  auto model = Model::load(dir.path());
+  const Tokenizer tokenizer = Tokenizer::load(dir.path());
+  ThreadPool pool(2);
+  Engine engine(*model, &tokenizer, pool);
+  engine.start();
+  ServerOptions o;
+  o.port = 0;
+  Running r(o);
+  r.server().set_engine(&engine, "r1", {});
+  json body = {{"messages", {{{"role", "user"}, {"content", "What is 2+2?"}}}},
+               {"max_tokens", 40},
+               {"temperature", 0},
+               {"ignore_eos", true}};
+  auto client = r.client();
+  body["reasoning_format"] = "none";
+  auto inline_res = client.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_EQ(inline_res->status, 200) << inline_res->body;
+  const json inline_json = json::parse(inline_res->body);
+  const std::string raw = inline_json["choices"][0]["message"]["content"];
+  EXPECT_FALSE(inline_json["choices"][0]["message"].contains("reasoning_content"));
+
+  body["reasoning_format"] = "parsed";
+  auto parsed_res = client.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_EQ(parsed_res->status, 200) << parsed_res->body;
+  const json parsed = json::parse(parsed_res->body);
+  const json message = parsed["choices"][0]["message"];
+  const std::size_t close = raw.find("</think>");
+  std::string expected_reasoning = raw.substr(0, close);
+  expected_reasoning.erase(0, expected_reasoning.find_first_not_of("\r\n"));
+  EXPECT_EQ(message.value("reasoning_content", std::string()), expected_reasoning);
+  const int completion = parsed["usage"]["completion_tokens"];
+  const int reasoning = parsed["usage"]["completion_tokens_details"]["reasoning_tokens"];
+  EXPECT_EQ(completion, 40);
+  if (close == std::string::npos) {
+    EXPECT_EQ(message["content"], "");
+    EXPECT_EQ(reasoning, completion);
+  } else {
+    EXPECT_LT(reasoning, completion);
+  }
+
+  // Streamed, the reasoning arrives as reasoning_content deltas and adds up to the same text.
+  body["stream"] = true;
+  auto streamed = client.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_EQ(streamed->status, 200);
+  std::string reasoning_text, content_text;
+  for (const std::string& e : sse_events(streamed->body)) {
+    if (e == "[DONE]") continue;
+    const json delta = json::parse(e)["choices"][0]["delta"];
+    reasoning_text += delta.value("reasoning_content", std::string());
+    content_text += delta.value("content", std::string());
+  }
+  EXPECT_EQ(reasoning_text, message.value("reasoning_content", std::string()));
+  EXPECT_EQ(content_text, message["content"].get<std::string>());
   engine.stop();
 }
 

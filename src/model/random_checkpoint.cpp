@@ -52,6 +52,11 @@ const std::vector<ShapeEntry>& shapes() {
     t.push_back({"tiny", "qwen",
                  make(Architecture::Qwen2, "Qwen2ForCausalLM", 128, 384, 4, 4, 2, 32, 1024, 1e6f,
                       1e-6f, true, 4096)});
+    // The tiny shape with DeepSeek-R1's tokens and chat template (its generation prompt opens a
+    // <think> block): tests of reasoning handling on a model that loads in milliseconds.
+    t.push_back({"tiny-r1", "r1-qwen",
+                 make(Architecture::Qwen2, "Qwen2ForCausalLM", 128, 384, 4, 4, 2, 32, 1024, 1e6f,
+                      1e-6f, true, 4096)});
     t.push_back({"qwen2.5-0.5b", "qwen",
                  make(Architecture::Qwen2, "Qwen2ForCausalLM", 896, 4864, 24, 14, 2, 64, 151936,
                       1e6f, 1e-6f, true, 32768)});
@@ -143,8 +148,10 @@ ModelConfig shape_config(const std::string& name) {
   return find_shape(name).config;
 }
 
-void write_synthetic_tokenizer(const std::filesystem::path& dir, const ModelConfig& config) {
-  const std::string family = family_of(config);
+namespace {
+
+void write_tokenizer_of_family(const std::filesystem::path& dir, const ModelConfig& config,
+                               const std::string& family) {
   const Specials specials = family_specials(family);
   const int n_special = static_cast<int>(specials.tokens.size());
   const int n_regular = config.vocab_size - n_special;
@@ -271,6 +278,12 @@ void write_synthetic_tokenizer(const std::filesystem::path& dir, const ModelConf
   std::ofstream(dir / "tokenizer_config.json") << cfg.dump(2);
 }
 
+}  // namespace
+
+void write_synthetic_tokenizer(const std::filesystem::path& dir, const ModelConfig& config) {
+  write_tokenizer_of_family(dir, config, family_of(config));
+}
+
 void write_random_checkpoint(const std::filesystem::path& dir,
                              const RandomCheckpointOptions& options, std::FILE* log) {
   const ShapeEntry& entry = find_shape(options.shape);
@@ -294,7 +307,7 @@ void write_random_checkpoint(const std::filesystem::path& dir,
   json gen = {{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_ids}};
   std::ofstream(dir / "generation_config.json") << gen.dump(2);
   if (log) std::fprintf(log, "make-model: writing tokenizer (%d tokens)\n", c.vocab_size);
-  write_synthetic_tokenizer(dir, c);
+  write_tokenizer_of_family(dir, c, entry.family);
 
   // Weights: uniform with the variance of N(0, 1/fan_in) for linear layers, N(0,1)-like
   // embeddings and norms of 1 +- 0.25 (so an engine that ignores a norm weight would fail).

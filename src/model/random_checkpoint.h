@@ -13,7 +13,8 @@
 
 namespace rkv {
 
-// The shapes make-model knows: tiny, qwen2.5-0.5b, qwen3-0.6b, r1-distill-qwen-1.5b,
+// The shapes make-model knows: tiny, tiny-r1 (tiny with the DeepSeek-R1 template), qwen2.5-0.5b,
+// qwen3-0.6b, r1-distill-qwen-1.5b,
 // r1-distill-llama-8b. Throws rkv::Error for an unknown name (listing the known ones).
 ModelConfig shape_config(const std::string& name);
 std::vector<std::string> known_shapes();
