@@ -20,16 +20,7 @@ namespace rkv {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kModel = fs::path(RKV_SOURCE_DIR) / "models/rkv-tiny-reasoner";
-
-std::vector<std::string> held_out_questions(std::size_t n) {
-  std::ifstream in(fs::path(RKV_SOURCE_DIR) / "data/chains_test.jsonl");
-  std::vector<std::string> out;
-  std::string line;
-  while (out.size() < n && std::getline(in, line))
-    out.push_back(nlohmann::json::parse(line).at("problem").get<std::string>());
-  return out;
-}
+const fs::path kModel = test::shipped_model_dir();
 
 class EngineTest : public ::testing::Test {
  protected:
@@ -61,7 +52,7 @@ Model* EngineTest::model_ = nullptr;
 Tokenizer* EngineTest::tokenizer_ = nullptr;
 
 TEST_F(EngineTest, MatchesTheBatchEngineAndDecodesTheText) {
-  const std::string q = held_out_questions(1).at(0);
+  const std::string q = test::held_out_problems(1).at(0);
   Engine engine(*model_, tokenizer_, pool_);
   std::string streamed;
   engine.submit(engine.prepare(greedy(q, "rkv", 160)),
@@ -95,7 +86,7 @@ TEST_F(EngineTest, MatchesTheBatchEngineAndDecodesTheText) {
 }
 
 TEST_F(EngineTest, StopStringsCutTheTextAndEndTheRequest) {
-  const std::string q = held_out_questions(1).at(0);
+  const std::string q = test::held_out_problems(1).at(0);
   Engine engine(*model_, tokenizer_, pool_);
   Request full = greedy(q, "fullkv", 0);
   engine.submit(engine.prepare(full));
@@ -166,7 +157,7 @@ TEST_F(EngineTest, PrepareRefusesInvalidRequests) {
 }
 
 TEST_F(EngineTest, CancellingFreesTheSlotAtOnce) {
-  const auto qs = held_out_questions(2);
+  const auto qs = test::held_out_problems(2);
   Request r = greedy(qs[0], "rkv", 96);
   r.ignore_eos = true;
   EngineOptions o;
@@ -202,7 +193,7 @@ TEST_F(EngineTest, CancellingFreesTheSlotAtOnce) {
 }
 
 TEST_F(EngineTest, ItsOwnThreadServesManySubmittersLikeEachAlone) {
-  const auto qs = held_out_questions(6);
+  const auto qs = test::held_out_problems(6);
   const std::vector<std::pair<std::string, int>> methods = {
       {"fullkv", 0}, {"rkv", 64}, {"snapkv", 96}, {"gkv", 96}, {"h2o", 64}, {"streamingllm", 48}};
   // Each request alone first.

@@ -23,16 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-const fs::path kModel = fs::path(RKV_SOURCE_DIR) / "models/rkv-tiny-reasoner";
-
-std::vector<std::string> held_out_questions(std::size_t n) {
-  std::ifstream in(fs::path(RKV_SOURCE_DIR) / "data/chains_test.jsonl");
-  std::vector<std::string> out;
-  std::string line;
-  while (out.size() < n && std::getline(in, line))
-    out.push_back(json::parse(line).at("problem").get<std::string>());
-  return out;
-}
+const fs::path kModel = test::shipped_model_dir();
 
 // A server on a free loopback port, serving on a thread of its own.
 class Running {
@@ -123,7 +114,7 @@ TEST_F(ServerTest, LoadingThenServingLikeTheEngineAlone) {
   EXPECT_EQ(client.Get("/health")->status, 200);
   EXPECT_EQ(json::parse(client.Get("/v1/models")->body)["data"][0]["id"], "tiny");
 
-  const auto qs = held_out_questions(6);
+  const auto qs = test::held_out_problems(6);
   const std::vector<std::pair<std::string, int>> methods = {
       {"fullkv", 0}, {"rkv", 96}, {"snapkv", 64}, {"gkv", 160}, {"h2o", 96}, {"streamingllm", 64}};
   // What each request gives on the engine alone.
@@ -186,7 +177,7 @@ TEST_F(ServerTest, ADisconnectedStreamIsCancelledAndItsSlotFreed) {
   Engine engine(*model_, tokenizer_, pool_);
   engine.start();
   r.server().set_engine(&engine, "tiny", {});
-  json b = body(held_out_questions(1)[0], "rkv", 96, true);
+  json b = body(test::held_out_problems(1)[0], "rkv", 96, true);
   b["ignore_eos"] = true;
   b["max_tokens"] = 1900;
   int chunks = 0;
@@ -221,7 +212,7 @@ TEST_F(ServerTest, AFullQueueAnswers429AndBadRequestsGetErrorObjects) {
   Running r(o);
   Engine engine(*model_, tokenizer_, pool_);
   r.server().set_engine(&engine, "tiny", {});  // not started yet: submissions stay queued
-  const json first = body(held_out_questions(1)[0], "fullkv", 0, false);
+  const json first = body(test::held_out_problems(1)[0], "fullkv", 0, false);
   std::thread waiting([&] {
     auto res = r.client().Post("/v1/completions", first.dump(), "application/json");
     ASSERT_TRUE(res);

@@ -110,6 +110,14 @@ TEST(OpenAiRequest, DefaultsFillWhatTheBodyLeavesOut) {
   EXPECT_EQ(p.request.compression.method, Method::fullkv);
   EXPECT_EQ(p.n, 1);
   EXPECT_FALSE(p.stream);
+  EXPECT_TRUE(p.request.stop.empty());
+  RequestDefaults with_stop;
+  with_stop.stop = {"\n\n"};
+  EXPECT_EQ(parse_completion_request(R"({"prompt": "x"})", false, with_stop, 1).request.stop,
+            with_stop.stop);
+  EXPECT_EQ(
+      parse_completion_request(R"({"prompt": "x", "stop": "y"})", false, with_stop, 1).request.stop,
+      std::vector<std::string>{"y"});
   // Another method starts from its own preset (gkv: window 16, lambda 0.5).
   const ParsedRequest g = parse(R"({"prompt": "x", "kv": {"method": "gkv", "budget": 64}})", false);
   EXPECT_EQ(g.request.compression.window, 16);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace rkv::test {
 
@@ -53,6 +54,20 @@ class TempDir {
   static inline int counter_ = 0;
   std::filesystem::path path_;
 };
+
+// The model the repository ships (models/rkv-tiny-reasoner) and the first `n` problems of its
+// held-out set (data/chains_test.jsonl: the bare program, which is its whole prompt).
+inline std::filesystem::path shipped_model_dir() {
+  return std::filesystem::path(RKV_SOURCE_DIR) / "models/rkv-tiny-reasoner";
+}
+inline std::vector<std::string> held_out_problems(std::size_t n) {
+  std::ifstream in(std::filesystem::path(RKV_SOURCE_DIR) / "data/chains_test.jsonl");
+  std::vector<std::string> out;
+  std::string line;
+  while (out.size() < n && std::getline(in, line))
+    out.push_back(nlohmann::json::parse(line).at("problem").get<std::string>());
+  return out;
+}
 
 // The path to the rkv program built alongside the tests.
 inline std::string rkv_binary() {

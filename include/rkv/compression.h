@@ -110,6 +110,10 @@ struct ParamInfo {
 };
 std::span<const ParamInfo> compression_param_table();
 
+// A list setting (delimiters, keywords) as the comma list CompressionParams::set reads: commas,
+// backslashes, newlines, tabs and carriage returns escaped.
+std::string format_text_list(const std::vector<std::string>& items);
+
 // What a method's stages read, checked against each LayerView before scoring (a composition can
 // never silently read data the caller did not provide).
 struct StageNeeds {

@@ -296,6 +296,10 @@ std::string CompressionParams::to_json() const {
   return j.dump();
 }
 
+std::string format_text_list(const std::vector<std::string>& items) {
+  return text_list(items);
+}
+
 std::vector<std::string> CompressionParams::default_sentence_delimiters() {
   return {"\n", ".\n", ")\n", "\n\n", ".\n\n", ")\n\n"};
 }

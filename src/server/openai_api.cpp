@@ -71,24 +71,6 @@ std::string message_content(const json& content, std::size_t index) {
   return out;
 }
 
-// A list value of --kv-delimiters / --kv-keywords as the comma list CompressionParams::set reads.
-std::string escape_list_item(const std::string& item) {
-  std::string out;
-  for (char c : item) {
-    if (c == '\\' || c == ',') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 json error_body(const std::string& message, const std::string& type, const std::string& param,
@@ -131,10 +113,12 @@ CompressionParams parse_kv_object(const json& kv, const CompressionParams& defau
       } else if (value.is_null()) {
         text = "none";
       } else if (value.is_array()) {
+        std::vector<std::string> items;
         for (const json& item : value) {
           if (!item.is_string()) bad("kv." + name, "'kv." + name + "' must be a list of strings");
-          text += (text.empty() ? "" : ",") + escape_list_item(item.get<std::string>());
+          items.push_back(item.get<std::string>());
         }
+        text = format_text_list(items);
       } else {
         bad("kv." + name, "'kv." + name + "' has a value of the wrong type: " + value.dump());
       }
@@ -227,7 +211,9 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
     r.sampling.seed = random_seed;
   }
   out.n = static_cast<int>(get_int(j, "n", 1, 1, defaults.max_n));
-  if (const json* stop = field(j, "stop")) {
+  if (const json* stop = field(j, "stop"); stop == nullptr) {
+    r.stop = defaults.stop;
+  } else {
     if (stop->is_string()) {
       r.stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {

@@ -34,6 +34,7 @@ nlohmann::json error_body(const std::string& message, const std::string& type,
 struct RequestDefaults {
   int max_tokens = 2048;  // clipped to what fits the context when the request gives none
   SamplingParams sampling;
+  std::vector<std::string> stop;  // stop strings of a request that gives none
   bool seeded = false;  // sampling.seed is the server's --seed; else each request draws one
   CompressionParams compression = CompressionParams::defaults(Method::fullkv);
   SteeringParams steering;

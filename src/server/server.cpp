@@ -232,8 +232,7 @@ void Server::Impl::routes() {
     metric("rkv_generated_tokens_total", "counter", "Tokens generated.",
            static_cast<double>(s.generated_tokens));
     metric("rkv_compressions_total", "counter",
-           "KV compressions (layer x step) of finished "
-           "requests.",
+           "KV compressions (layer x step), finished requests.",
            static_cast<double>(s.compressions));
     metric("rkv_requests_finished_total", "counter", "Requests finished, any reason.",
            static_cast<double>(s.finished));
@@ -480,12 +479,8 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
         if (!ok) break;
         const auto i = static_cast<std::size_t>(e.choice);
         if (!e.done) {
-          if (!split) {
-            ok = send(delta_chunk(e.choice, chat ? "content" : "text", e.text));
-            if (!chat) continue;
-          } else {
-            ok = send_text(e.choice, splitters[i].push(e.text));
-          }
+          ok = split ? send_text(e.choice, splitters[i].push(e.text))
+                     : send(delta_chunk(e.choice, "content", e.text));
           continue;
         }
         ++finished;

@@ -23,7 +23,8 @@ namespace rkv::cli {
 namespace {
 
 struct Args {
-  std::string model, tokenizer, host = "127.0.0.1", alias, kv_memory, reasoning_format = "parsed";
+  std::string model, tokenizer, host = "127.0.0.1", alias, kv_memory = "2GiB",
+                                reasoning_format = "parsed";
   int port = 8080;
   int parallel = 0;
   int queue_limit = 64;
@@ -37,7 +38,6 @@ void run(const Args& a) {
   const GenerateFlags& g = *a.gen;
   if (a.reasoning_format != "parsed" && a.reasoning_format != "none")
     throw Error("--reasoning-format must be 'parsed' or 'none'");
-  if (!g.stops.empty()) throw Error("--stop is per request with rkv serve ('stop' in the body)");
   server::ServerOptions o;
   o.host = a.host;
   o.port = a.port;
@@ -46,11 +46,13 @@ void run(const Args& a) {
   server::RequestDefaults defaults;
   defaults.max_tokens = g.n_predict > 0 ? g.n_predict : 1 << 30;
   defaults.sampling = g.sampling();
+  defaults.stop = g.stops;
   defaults.seeded = g.seed >= 0;
   defaults.compression = g.kv->params();  // invalid --kv-* settings fail here, before loading
   defaults.reasoning_inline = a.reasoning_format == "none";
   EngineOptions engine_options;
-  engine_options.kv_memory_bytes = a.kv_memory.empty() ? 0 : parse_byte_size(a.kv_memory);
+  engine_options.kv_memory_bytes =
+      a.kv_memory == "none" || a.kv_memory.empty() ? 0 : parse_byte_size(a.kv_memory);
   engine_options.max_batch = a.parallel;
   engine_options.prefill_chunk = a.prefill_chunk;
   engine_options.context_size = g.ctx_size;
@@ -115,6 +117,7 @@ void run(const Args& a) {
     probe.max_new_tokens = 1;
     probe.compression = defaults.compression;
     probe.steering = defaults.steering;
+    probe.stop = defaults.stop;
     engine->prepare(probe);
   } catch (...) {
     shutdown();
@@ -158,8 +161,8 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--alias", a->alias,
                   "Model name in /v1/models and responses (default: the directory's name)");
   add_flag_option(app, "--kv-memory", a->kv_memory,
-                  "KV memory cap for all running requests, e.g. 2GiB (default: none). A request "
-                  "waits until its KV slot fits")
+                  "KV memory cap for all running requests (512MiB, 4GiB, ...; none: no cap). A "
+                  "request waits until its KV slot fits")
       ->group("KV compression");
   add_flag_option(app, "--parallel,--max-batch", a->parallel,
                   "Most requests decoding at once (0: as many as the KV cap allows)")
