@@ -248,6 +248,13 @@ TEST_F(ServerTest, AFullQueueAnswers429AndBadRequestsGetErrorObjects) {
     EXPECT_TRUE(err["message"].is_string() && !err["message"].get<std::string>().empty());
     EXPECT_EQ(err["type"], "invalid_request_error");
   }
+  // Browsers' preflight requests are answered, and every response allows other origins.
+  auto preflight = client.Options("/v1/chat/completions");
+  ASSERT_TRUE(preflight);
+  EXPECT_EQ(preflight->status, 204);
+  EXPECT_EQ(preflight->get_header_value("Access-Control-Allow-Origin"), "*");
+  EXPECT_NE(preflight->get_header_value("Access-Control-Allow-Headers").find("Authorization"),
+            std::string::npos);
   auto missing = client.Get("/v1/nothing");
   EXPECT_EQ(missing->status, 404);
   EXPECT_TRUE(json::parse(missing->body).contains("error"));
@@ -257,6 +264,31 @@ TEST_F(ServerTest, AFullQueueAnswers429AndBadRequestsGetErrorObjects) {
   const json ids = json::parse(ok->body)["tokens"];
   auto back = client.Post("/detokenize", json{{"tokens", ids}}.dump(), "application/json");
   EXPECT_EQ(json::parse(back->body)["content"], "2:a\n");
+  engine.stop();
+}
+
+TEST_F(ServerTest, AnApiKeyGuardsEveryEndpointButHealth) {
+  ServerOptions o;
+  o.port = 0;
+  o.api_key = "sesame";
+  Running r(o);
+  Engine engine(*model_, tokenizer_, pool_);
+  engine.start();
+  r.server().set_engine(&engine, "tiny", {});
+  auto client = r.client();
+  EXPECT_EQ(client.Get("/health")->status, 200);
+  for (const char* path : {"/v1/models", "/metrics"}) {
+    auto res = client.Get(path);
+    EXPECT_EQ(res->status, 401) << path;
+    EXPECT_EQ(json::parse(res->body)["error"]["code"], "invalid_api_key");
+  }
+  const std::string body = R"({"prompt": "1:a\n", "max_tokens": 4, "temperature": 0})";
+  EXPECT_EQ(client.Post("/v1/completions", body, "application/json")->status, 401);
+  client.set_bearer_token_auth("wrong");
+  EXPECT_EQ(client.Post("/v1/completions", body, "application/json")->status, 401);
+  client.set_bearer_token_auth("sesame");
+  EXPECT_EQ(client.Post("/v1/completions", body, "application/json")->status, 200);
+  EXPECT_EQ(client.Get("/v1/models")->status, 200);
   engine.stop();
 }
 

@@ -175,8 +175,22 @@ void Server::Impl::routes() {
                                                     : "HTTP " + std::to_string(res.status);
     send_json(res, res.status, error_body(message, "invalid_request_error"));
   });
-  http.set_pre_routing_handler([this](const httplib::Request&, httplib::Response&) {
+  // Browsers may call the API from pages of other origins (CORS), as with llama.cpp's server.
+  http.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
+  http.Options(R"(/.*)", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+    res.status = 204;
+  });
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     ++http_requests;
+    if (!options.api_key.empty() && req.method != "OPTIONS" && req.path != "/health" &&
+        req.get_header_value("Authorization") != "Bearer " + options.api_key) {
+      send_json(res, 401,
+                error_body("a valid API key is required: send \"Authorization: Bearer <key>\"",
+                           "authentication_error", {}, "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
 

@@ -28,6 +28,8 @@ struct ServerOptions {
   std::string model_name;          // what /v1/models lists (default: the model directory's name)
   RequestDefaults defaults;        // the generate flags given to `rkv serve`
   double heartbeat_seconds = 0.5;  // idle time after which a waiting response probes the client
+  // When set, every endpoint but /health needs "Authorization: Bearer <api_key>" (401 without).
+  std::string api_key;
 };
 
 class Server {

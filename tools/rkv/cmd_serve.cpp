@@ -23,7 +23,7 @@ namespace rkv::cli {
 namespace {
 
 struct Args {
-  std::string model, tokenizer, host = "127.0.0.1", alias, kv_memory = "2GiB",
+  std::string model, tokenizer, host = "127.0.0.1", alias, api_key, kv_memory = "2GiB",
                                 reasoning_format = "parsed";
   int port = 8080;
   int parallel = 0;
@@ -43,6 +43,7 @@ void run(const Args& a) {
   o.port = a.port;
   o.queue_limit = a.queue_limit;
   o.http_threads = a.http_threads;
+  o.api_key = a.api_key;
   server::RequestDefaults defaults;
   defaults.max_tokens = g.n_predict > 0 ? g.n_predict : 1 << 30;
   defaults.sampling = g.sampling();
@@ -158,6 +159,9 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--host", a->host, "Address to listen on (127.0.0.1: this machine only)");
   add_flag_option(app, "--port", a->port, "Port to listen on (0: any free port, printed)")
       ->check(CLI::Range(0, 65535));
+  add_flag_option(app, "--api-key", a->api_key,
+                  "Require \"Authorization: Bearer KEY\" on every endpoint but /health "
+                  "(default: none)");
   add_flag_option(app, "--alias", a->alias,
                   "Model name in /v1/models and responses (default: the directory's name)");
   add_flag_option(app, "--kv-memory", a->kv_memory,
