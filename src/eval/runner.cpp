@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/record_log.h"
 #include "core/svg_plot.h"
 #include "model/model.h"
 #include "rkv/engine.h"
@@ -34,17 +35,16 @@ std::string record_key(const std::string& example_id, int sample, const std::str
   return example_id + "\x1f" + std::to_string(sample) + "\x1f" + method + "\x1f" + budget;
 }
 
+// The samples of a run: complete, checked records (core/record_log.h), one per (problem,
+// sample, method, budget): a record written twice (by two runs into one directory) counts once.
 std::vector<json> read_records(const std::filesystem::path& path) {
   std::vector<json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    try {
-      out.push_back(json::parse(line));
-    } catch (const json::exception&) {
-      // A line cut short by an interruption: that sample is simply run again.
-    }
+  std::set<std::string> seen;
+  for (json& r : RecordLog::read(path)) {
+    const std::string key =
+        record_key(r.value("example_id", std::string()), r.value("sample", 0),
+                   r.value("method", std::string()), r.value("budget_label", std::string()));
+    if (seen.insert(key).second) out.push_back(std::move(r));
   }
   return out;
 }
@@ -179,16 +179,9 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
                            r.value("method", std::string()),
                            r.value("budget_label", std::string())));
   }
-  bool ends_mid_line = false;
-  if (std::ifstream existing(samples_path, std::ios::binary);
-      existing && existing.seekg(0, std::ios::end).tellg() > 0) {
-    existing.seekg(-1, std::ios::end);
-    ends_mid_line = existing.get() != '\n';
-  }
-  std::ofstream out(samples_path, std::ios::app);
-  if (!out) throw Error(samples_path.string() + ": cannot write");
-  if (ends_mid_line)
-    out << '\n';  // an interrupted write: the cut line stays unparsable and is redone
+  // Each sample is one checked line, synced before the next: a run killed at any moment loses
+  // at most the samples in flight, which the next run generates again.
+  RecordLog out(samples_path);
 
   auto make_params = [&](const std::string& method, int budget) {
     CompressionParams p = CompressionParams::defaults(parse_method(method));
@@ -254,8 +247,7 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
                     {"kv_bytes", result.kv_bytes},
                     {"time_s", result.prefill_seconds + result.decode_seconds},
                     {"output", text}};
-        out << rec.dump() << '\n';
-        out.flush();
+        out.append(std::move(rec));
         ++finished;
         ++summary.generated_now;
       }
@@ -343,16 +335,20 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
   if (full_pass >= 0 && max_budget > 0)
     plot.push_back({"fullkv", {double(min_budget), double(max_budget)}, {full_pass, full_pass}});
   for (auto& [name, s] : series) plot.push_back(s);
-  write_line_plot((o.out_dir / "accuracy.svg").string(), plot,
+  // The summaries are derived from samples.jsonl and replaced whole: a kill leaves the old
+  // version or the new one, and the next run rewrites them.
+  const auto svg_tmp = o.out_dir / "accuracy.svg.tmp";
+  write_line_plot(svg_tmp.string(), plot,
                   {"pass@1 against KV budget (" + dataset.name + ")", "KV budget (tokens per head)",
                    "pass@1", true, true});
-  std::ofstream(o.out_dir / "summary.json") << json{{"dataset", dataset.name},
-                                                    {"samples_per_problem", o.samples},
-                                                    {"problems", dataset.examples.size()},
-                                                    {"results", results}}
-                                                   .dump(2)
-                                            << "\n";
-  std::ofstream(o.out_dir / "summary.md") << md;
+  std::filesystem::rename(svg_tmp, o.out_dir / "accuracy.svg");
+  write_file_atomic(o.out_dir / "summary.json", json{{"dataset", dataset.name},
+                                                     {"samples_per_problem", o.samples},
+                                                     {"problems", dataset.examples.size()},
+                                                     {"results", results}}
+                                                        .dump(2) +
+                                                    "\n");
+  write_file_atomic(o.out_dir / "summary.md", md);
   return summary;
 }
 

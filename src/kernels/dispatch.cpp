@@ -1,6 +1,10 @@
 #include <cstdlib>
 #include <string>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "core/error.h"
 #include "kernels/kernels.h"
 
@@ -10,6 +14,12 @@ namespace rkv::kernels {
 // only (CMakeLists.txt). The references must be strong: a weak one would not pull those members
 // out of the static library, and the program would silently run the reference kernel.
 #if defined(__x86_64__)
+// F16C by CPUID (leaf 1, ECX bit 29): clang before 16 rejects "f16c" in __builtin_cpu_supports.
+static bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
 MatmulRowsFn matmul_rows_avx2_fn();
 MatmulRowsFn matmul_rows_avx512_fn();
 MatmulRowsFn matmul_rows_avx512bf16_fn();
@@ -60,8 +70,7 @@ bool isa_supported(Isa isa) {
     case Isa::Reference:
       return true;
     case Isa::Avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case Isa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");

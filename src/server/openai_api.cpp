@@ -96,7 +96,8 @@ CompressionParams parse_kv_object(const json& kv, const CompressionParams& defau
       if (name == "method") continue;
       const bool known =
           std::any_of(compression_param_table().begin(), compression_param_table().end(),
-                      [&](const ParamInfo& i) { return i.name == name; });
+                      // An init-capture: clang before 16 cannot capture a structured binding.
+                      [&key = name](const ParamInfo& i) { return i.name == key; });
       if (!known) {
         std::string names;
         for (const ParamInfo& i : compression_param_table())

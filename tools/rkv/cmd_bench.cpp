@@ -6,12 +6,13 @@
 // (fullkv grows with the context; a compressed cache stays flat) and plots it as SVG.
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "common.h"
 #include "core/error.h"
+#include "core/record_log.h"
 #include "core/svg_plot.h"
 #include "engine/batch_engine.h"
 #include "eval/runner.h"
@@ -32,6 +33,7 @@ struct Args {
   std::string kv_memory;
   int threads = 1;
   std::string json_out, markdown_out, latency_plot;
+  bool resume = false;
   std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
 };
 
@@ -81,6 +83,38 @@ void run(const Args& a) {
     return r;
   };
 
+  // Every measured row (and latency series) goes to a journal beside --json as it is measured,
+  // one checked, synced line each (core/record_log.h): a run killed at any moment resumes with
+  // --resume, measuring only what the journal lacks.
+  using nlohmann::json;
+  std::unique_ptr<RecordLog> journal;
+  std::vector<json> previous;
+  if (!a.json_out.empty()) {
+    const std::filesystem::path journal_path = a.json_out + ".rows.jsonl";
+    if (a.resume)
+      previous = RecordLog::read(journal_path);
+    else
+      std::filesystem::remove(journal_path);
+    journal = std::make_unique<RecordLog>(journal_path);
+  } else if (a.resume) {
+    throw Error("--resume needs --json FILE (the run's journal is FILE.rows.jsonl)");
+  }
+  // What must match for a journaled measurement to stand for this run's.
+  json kv_settings = json::object();
+  for (const auto& [name, value] : a.kv->values) kv_settings[name] = value;
+  const json config = {
+      {"model", a.model},     {"prompt_len", a.prompt_len},
+      {"threads", a.threads}, {"kv_memory_bytes", cap},
+      {"kv", kv_settings},    {"kernels", std::string(kernels::isa_name(kernels::active_isa()))}};
+  auto journaled = [&](const json& key) -> const json* {
+    for (const json& r : previous)
+      if (r.value("config", json()) == config && r.value("key", json()) == key) return &r;
+    return nullptr;
+  };
+  if (!previous.empty())
+    std::fprintf(stderr, "bench: resuming: %zu measurements in %s.rows.jsonl\n", previous.size(),
+                 a.json_out.c_str());
+
   nlohmann::json rows = nlohmann::json::array();
   std::string table =
       "| gen len | method | budget | KV bytes / seq | KV saving | batch | throughput (tok/s) | "
@@ -111,6 +145,16 @@ void run(const Args& a) {
           const int batch =
               spec == "max" ? sizing.max_concurrent(request) : parse_int_list(spec, "--batch")[0];
           if (batch <= 0) continue;
+          const json key = {
+              {"gen_len", gen_len}, {"method", method}, {"budget", b.label}, {"batch", spec}};
+          if (const json* done = journaled(key)) {
+            const std::string line = done->at("line").get<std::string>();
+            table += line;
+            std::printf("%s", line.c_str());
+            std::fflush(stdout);
+            rows.push_back(done->at("row"));
+            continue;
+          }
           BatchEngine engine(*model, pool, engine_options);
           std::int64_t produced = 0;
           const std::int64_t total = static_cast<std::int64_t>(batch) * gen_len;
@@ -153,19 +197,22 @@ void run(const Args& a) {
           table += line;
           std::printf("%s", line);
           std::fflush(stdout);
-          rows.push_back(
-              {{"gen_len", gen_len},
-               {"prompt_len", a.prompt_len},
-               {"method", method},
-               {"budget", method == "fullkv" ? nlohmann::json(nullptr) : nlohmann::json(budget)},
-               {"budget_label", b.label},
-               {"batch", batch},
-               {"kv_bytes_per_sequence", slot},
-               {"memory_saving_pct", saving},
-               {"throughput_tok_s", throughput},
-               {"tokens", produced},
-               {"decode_s", decode},
-               {"wall_s", wall}});
+          const json row = {
+              {"gen_len", gen_len},
+              {"prompt_len", a.prompt_len},
+              {"method", method},
+              {"budget", method == "fullkv" ? nlohmann::json(nullptr) : nlohmann::json(budget)},
+              {"budget_label", b.label},
+              {"batch", batch},
+              {"kv_bytes_per_sequence", slot},
+              {"memory_saving_pct", saving},
+              {"throughput_tok_s", throughput},
+              {"tokens", produced},
+              {"decode_s", decode},
+              {"wall_s", wall}};
+          rows.push_back(row);
+          if (journal)
+            journal->append({{"config", config}, {"key", key}, {"row", row}, {"line", line}});
         }
       }
     }
@@ -182,6 +229,13 @@ void run(const Args& a) {
       const int bucket = std::max(1, gen_len / 128);
       PlotSeries s;
       s.name = method == "fullkv" ? "fullkv" : method + " (budget " + std::to_string(budget) + ")";
+      const json key = {{"latency", method}, {"gen_len", gen_len}, {"budget", budget}};
+      if (const json* done = journaled(key)) {
+        s.x = done->at("x").get<std::vector<double>>();
+        s.y = done->at("y").get<std::vector<double>>();
+        series.push_back(std::move(s));
+        continue;
+      }
       double acc = 0.0;
       int count = 0;
       r.on_step_time = [&](int position, double seconds) {
@@ -198,15 +252,18 @@ void run(const Args& a) {
       BatchEngine engine(*model, pool, {});
       engine.submit(std::move(r));
       engine.run();
+      if (journal) journal->append({{"config", config}, {"key", key}, {"x", s.x}, {"y", s.y}});
       series.push_back(std::move(s));
     }
+    const std::string plot_tmp = a.latency_plot + ".tmp";
     write_line_plot(
-        a.latency_plot, series,
+        plot_tmp, series,
         {"Decode latency per token (one sequence, " + std::to_string(a.threads) + " threads)",
          "position (tokens)", "ms per token", true, false});
+    std::filesystem::rename(plot_tmp, a.latency_plot);
     std::fprintf(stderr, "bench: wrote %s\n", a.latency_plot.c_str());
   }
-  if (!a.markdown_out.empty()) std::ofstream(a.markdown_out) << table;
+  if (!a.markdown_out.empty()) write_file_atomic(a.markdown_out, table);
   if (!a.json_out.empty()) {
     nlohmann::json latency = nlohmann::json::array();
     for (const auto& s : series)
@@ -217,7 +274,7 @@ void run(const Args& a) {
                           {"kv_memory_bytes", cap},
                           {"rows", rows},
                           {"latency", latency}};
-    std::ofstream(a.json_out) << out.dump(2) << "\n";
+    write_file_atomic(a.json_out, out.dump(2) + "\n");
   }
 }
 
@@ -237,7 +294,12 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--kv-memory", a->kv_memory,
                   "KV memory cap for the whole batch, e.g. 2GiB (needed by --batch max)");
   add_flag_option(app, "--json", a->json_out,
-                  "Write the rows (and the latency series) to this JSON file");
+                  "Write the rows (and the latency series) to this JSON file; each measurement is "
+                  "also journaled to FILE.rows.jsonl as soon as it is made");
+  app.add_flag("--resume", a->resume,
+               "Continue an interrupted run: reuse the measurements in the --json file's journal "
+               "made with the same model and settings, and measure only the rest")
+      ->envname("RKV_ARG_RESUME");
   add_flag_option(app, "--markdown", a->markdown_out, "Write the table to this Markdown file");
   add_flag_option(
       app, "--latency-plot", a->latency_plot,
