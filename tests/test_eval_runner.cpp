@@ -91,21 +91,27 @@ TEST(EvalRunner, SummaryArithmetic) {
   {
     std::ofstream out(path);
     // fullkv: 3 of 4 correct; rkv 64: 1 of 2; rkv 32: 0 of 2.
-    auto rec = [&](const char* method, int budget, const char* label, bool correct, int tokens) {
-      out << nlohmann::json{{"method", method},           {"budget", budget},
+    auto rec = [&](const char* id, const char* method, int budget, const char* label, bool correct,
+                   int tokens) {
+      out << nlohmann::json{{"example_id", id},           {"sample", 0},
+                            {"method", method},           {"budget", budget},
                             {"budget_label", label},      {"correct", correct},
                             {"generated_tokens", tokens}, {"kv_bytes", 1000}}
                  .dump()
           << "\n";
     };
-    rec("fullkv", 0, "-", true, 100);
-    rec("fullkv", 0, "-", true, 200);
-    rec("fullkv", 0, "-", false, 300);
-    rec("fullkv", 0, "-", true, 400);
-    rec("rkv", 64, "64", true, 50);
-    rec("rkv", 64, "64", false, 70);
-    rec("rkv", 32, "32", false, 10);
-    rec("rkv", 32, "32", false, 20);
+    rec("p1", "fullkv", 0, "-", true, 100);
+    rec("p2", "fullkv", 0, "-", true, 200);
+    rec("p3", "fullkv", 0, "-", false, 300);
+    rec("p4", "fullkv", 0, "-", true, 400);
+    rec("p1", "rkv", 64, "64", true, 50);
+    rec("p2", "rkv", 64, "64", false, 70);
+    rec("p1", "rkv", 32, "32", false, 10);
+    rec("p2", "rkv", 32, "32", false, 20);
+    // The same sample recorded twice (two runs into one directory) counts once.
+    rec("p2", "rkv", 32, "32", true, 999);
+    // A line cut short by a kill is not a sample.
+    out << R"({"example_id": "p3", "sample": 0, "method": "rkv", "budget": 32, "budg)";
   }
   const auto rows = summarize(path);
   ASSERT_EQ(rows.size(), 3u);
