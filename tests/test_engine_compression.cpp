@@ -44,10 +44,7 @@ const std::vector<std::string> kMethods = {"streamingllm", "h2o", "snapkv", "rkv
 class EngineCompression : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto shared = test::shared_dir();
-    if (shared.empty())
-      GTEST_SKIP() << "../shared (the golden checkpoints) is not beside the repository";
-    model_ = Model::load(shared / "golden/models/qwen2_bias_f32");
+    model_ = Model::load(test::self_made_model());
     for (int i = 0; i < 20; ++i) prompt_.push_back(3 + (i * 37) % 500);
   }
   std::unique_ptr<Model> model_;

@@ -44,8 +44,7 @@ TEST(GenerateCli, GreedyIdsMatchTheGolden) {
 }
 
 TEST(GenerateCli, BadSettingsAreClearErrors) {
-  RKV_REQUIRE_SHARED(shared);
-  const std::string model = (shared / "golden/models/llama_gqa_f32").string();
+  const std::string model = test::self_made_model().string();
   std::string out;
   const std::string base =
       test::rkv_binary() + " generate -m " + model + " --prompt-ids 1,2,3 --print-ids -n 4 ";
@@ -65,12 +64,11 @@ TEST(GenerateCli, BadSettingsAreClearErrors) {
 }
 
 TEST(GenerateCli, DumpedCasesReplayToTheSameKeptSets) {
-  RKV_REQUIRE_SHARED(shared);
   const fs::path cases = fs::temp_directory_path() / ("rkv-cases-" + std::to_string(::getpid()));
   fs::remove_all(cases);
   std::string out;
   const std::string cmd =
-      test::rkv_binary() + " generate -m " + (shared / "golden/models/qwen2_bias_f32").string() +
+      test::rkv_binary() + " generate -m " + test::self_made_model().string() +
       " --prompt-ids 1,5,9,22,40,77,100,3,4,5,6,7 --print-ids -n 50 --temp 0 --kv-method rkv"
       " --kv-budget 24 --kv-buffer 8 --kv-window 4 --dump-case " +
       cases.string() + " --dump-case-limit 3 2>/dev/null";

@@ -446,10 +446,7 @@ TEST(SkipKvEngine, NeedsTokenTextAndHiddenSize) {
 class SkipKvGolden : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto shared = test::shared_dir();
-    if (shared.empty())
-      GTEST_SKIP() << "../shared (the golden checkpoints) is not beside the repository";
-    model_ = Model::load(shared / "golden/models/qwen2_bias_f32");
+    model_ = Model::load(test::self_made_model());
     for (int i = 0; i < 20; ++i) prompt_.push_back(3 + (i * 37) % 500);
     // Every 5th token id is a line break, every 13th contains "Wait".
     vocab_.token_text = [](int id) -> std::string {

@@ -205,10 +205,7 @@ class ManualSteering : public ForwardObserver {
 class SteeringGolden : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto shared = test::shared_dir();
-    if (shared.empty())
-      GTEST_SKIP() << "../shared (the golden checkpoints) is not beside the repository";
-    model_ = Model::load(shared / "golden/models/qwen2_bias_f32");
+    model_ = Model::load(test::self_made_model());
     for (int i = 0; i < 12; ++i) prompt_.push_back(3 + (i * 37) % 500);
     vocab_.token_text = [](int id) -> std::string {
       if (id % 3 == 0) return "\n";

@@ -11,11 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "model/random_checkpoint.h"
+
 namespace rkv::test {
 
 // ../shared beside the repository (or $RKV_SHARED_DIR). Empty when absent.
 inline std::filesystem::path shared_dir() {
-  if (const char* env = std::getenv("RKV_SHARED_DIR"); env != nullptr && *env != '\0') return env;
+  if (const char* env = std::getenv("RKV_SHARED_DIR"); env != nullptr && *env != '\0')
+    return std::filesystem::exists(env) ? std::filesystem::path(env) : std::filesystem::path();
   std::filesystem::path p = RKV_DEFAULT_SHARED_DIR;
   if (std::filesystem::exists(p)) return std::filesystem::weakly_canonical(p);
   return {};
@@ -54,6 +57,31 @@ class TempDir {
   static inline int counter_ = 0;
   std::filesystem::path path_;
 };
+
+// A random-weight checkpoint that rkv writes itself (the tiny Qwen2 shape, f32, with a synthetic
+// byte-level tokenizer), made once per test process and removed at exit: the model of the tests
+// that check mechanics and invariants rather than numbers against a reference, so that they run
+// without ../shared.
+inline const std::filesystem::path& self_made_model() {
+  struct Made {
+    std::filesystem::path dir;
+    Made() {
+      dir =
+          std::filesystem::temp_directory_path() / ("rkv-self-made-" + std::to_string(::getpid()));
+      rkv::RandomCheckpointOptions o;
+      o.shape = "tiny";
+      o.dtype = rkv::DType::F32;
+      o.seed = 7;
+      rkv::write_random_checkpoint(dir, o);
+    }
+    ~Made() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  };
+  static const Made made;
+  return made.dir;
+}
 
 // The model the repository ships (models/rkv-tiny-reasoner) and the first `n` problems of its
 // held-out set (data/chains_test.jsonl: the bare program, which is its whole prompt).
