@@ -14,24 +14,16 @@
 #include "model/model.h"
 #include "rkv/engine.h"
 #include "rkv/tokenizer.h"
+#include "shipped_model_test.h"
 #include "test_util.h"
 
 namespace rkv {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kModel = test::shipped_model_dir();
 
-class EngineTest : public ::testing::Test {
+class EngineTest : public test::ShippedModelTest {
  protected:
-  static void SetUpTestSuite() {
-    model_ = Model::load(kModel).release();
-    tokenizer_ = new Tokenizer(Tokenizer::load(kModel));
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete tokenizer_;
-  }
   static Request greedy(const std::string& text, const std::string& method, int budget) {
     Request r;
     r.text = text;
@@ -44,16 +36,11 @@ class EngineTest : public ::testing::Test {
     }
     return r;
   }
-  static Model* model_;
-  static Tokenizer* tokenizer_;
-  ThreadPool pool_{2};
 };
-Model* EngineTest::model_ = nullptr;
-Tokenizer* EngineTest::tokenizer_ = nullptr;
 
 TEST_F(EngineTest, MatchesTheBatchEngineAndDecodesTheText) {
   const std::string q = test::held_out_problems(1).at(0);
-  Engine engine(*model_, tokenizer_, pool_);
+  Engine engine(*model_, tokenizer_.get(), pool_);
   std::string streamed;
   engine.submit(engine.prepare(greedy(q, "rkv", 160)),
                 {.on_token = [&](const TokenEvent& e) { streamed.append(e.text); }, .on_done = {}});
@@ -87,7 +74,7 @@ TEST_F(EngineTest, MatchesTheBatchEngineAndDecodesTheText) {
 
 TEST_F(EngineTest, StopStringsCutTheTextAndEndTheRequest) {
   const std::string q = test::held_out_problems(1).at(0);
-  Engine engine(*model_, tokenizer_, pool_);
+  Engine engine(*model_, tokenizer_.get(), pool_);
   Request full = greedy(q, "fullkv", 0);
   engine.submit(engine.prepare(full));
   engine.run_until_idle();
@@ -113,7 +100,7 @@ TEST_F(EngineTest, StopStringsCutTheTextAndEndTheRequest) {
 TEST_F(EngineTest, PrepareRefusesInvalidRequests) {
   EngineOptions o;
   o.kv_memory_bytes = 100000;
-  Engine engine(*model_, tokenizer_, pool_, o);
+  Engine engine(*model_, tokenizer_.get(), pool_, o);
   auto expect_error = [&](Request r, const std::string& words) {
     try {
       engine.prepare(std::move(r));
@@ -161,10 +148,10 @@ TEST_F(EngineTest, CancellingFreesTheSlotAtOnce) {
   Request r = greedy(qs[0], "rkv", 96);
   r.ignore_eos = true;
   EngineOptions o;
-  Engine probe(*model_, tokenizer_, pool_);
+  Engine probe(*model_, tokenizer_.get(), pool_);
   // A cap with room for exactly one such slot: the second request waits for the first.
   o.kv_memory_bytes = probe.prepare(r).slot_bytes + 1000;
-  Engine engine(*model_, tokenizer_, pool_, o);
+  Engine engine(*model_, tokenizer_.get(), pool_, o);
   int first_tokens = 0;
   const std::uint64_t first = engine.submit(
       engine.prepare(r), {.on_token = [&](const TokenEvent&) { ++first_tokens; }, .on_done = {}});
@@ -199,7 +186,7 @@ TEST_F(EngineTest, ItsOwnThreadServesManySubmittersLikeEachAlone) {
   // Each request alone first.
   std::vector<Completion> alone;
   {
-    Engine engine(*model_, tokenizer_, pool_);
+    Engine engine(*model_, tokenizer_.get(), pool_);
     for (std::size_t i = 0; i < qs.size(); ++i) {
       engine.submit(engine.prepare(greedy(qs[i], methods[i].first, methods[i].second)));
       engine.run_until_idle();
@@ -208,7 +195,7 @@ TEST_F(EngineTest, ItsOwnThreadServesManySubmittersLikeEachAlone) {
   }
   EngineOptions o;
   o.kv_memory_bytes = 3 * alone[0].kv_bytes;  // some wait for a slot
-  Engine engine(*model_, tokenizer_, pool_, o);
+  Engine engine(*model_, tokenizer_.get(), pool_, o);
   engine.start();
   std::vector<Completion> together(qs.size());
   std::vector<std::thread> clients;

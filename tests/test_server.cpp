@@ -16,6 +16,7 @@
 #include "rkv/engine.h"
 #include "rkv/tokenizer.h"
 #include "server/server.h"
+#include "shipped_model_test.h"
 #include "test_util.h"
 
 namespace rkv::server {
@@ -23,7 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-const fs::path kModel = test::shipped_model_dir();
 
 // A server on a free loopback port, serving on a thread of its own.
 class Running {
@@ -49,16 +49,8 @@ class Running {
   std::thread thread_;
 };
 
-class ServerTest : public ::testing::Test {
+class ServerTest : public test::ShippedModelTest {
  protected:
-  static void SetUpTestSuite() {
-    model_ = Model::load(kModel).release();
-    tokenizer_ = new Tokenizer(Tokenizer::load(kModel));
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete tokenizer_;
-  }
   static json body(const std::string& question, const std::string& method, int budget,
                    bool stream) {
     json b = {{"prompt", question}, {"max_tokens", 600}, {"temperature", 0}, {"stream", stream}};
@@ -68,12 +60,7 @@ class ServerTest : public ::testing::Test {
       b["kv"] = {{"method", "fullkv"}};
     return b;
   }
-  static Model* model_;
-  static Tokenizer* tokenizer_;
-  ThreadPool pool_{2};
 };
-Model* ServerTest::model_ = nullptr;
-Tokenizer* ServerTest::tokenizer_ = nullptr;
 
 // The events of an SSE body; fails the test on anything but `data: ...` events and comments.
 std::vector<std::string> sse_events(const std::string& text) {
@@ -108,7 +95,7 @@ TEST_F(ServerTest, LoadingThenServingLikeTheEngineAlone) {
   EXPECT_EQ(json::parse(early->body)["error"]["code"], "loading");
 
   EngineOptions eo;
-  Engine engine(*model_, tokenizer_, pool_, eo);
+  Engine engine(*model_, tokenizer_.get(), pool_, eo);
   engine.start();
   r.server().set_engine(&engine, "tiny", {});
   EXPECT_EQ(client.Get("/health")->status, 200);
@@ -120,7 +107,7 @@ TEST_F(ServerTest, LoadingThenServingLikeTheEngineAlone) {
   // What each request gives on the engine alone.
   std::vector<std::string> alone;
   {
-    Engine solo(*model_, tokenizer_, pool_);
+    Engine solo(*model_, tokenizer_.get(), pool_);
     for (std::size_t i = 0; i < qs.size(); ++i) {
       Request q;
       q.text = qs[i];
@@ -174,7 +161,7 @@ TEST_F(ServerTest, ADisconnectedStreamIsCancelledAndItsSlotFreed) {
   ServerOptions o;
   o.port = 0;
   Running r(o);
-  Engine engine(*model_, tokenizer_, pool_);
+  Engine engine(*model_, tokenizer_.get(), pool_);
   engine.start();
   r.server().set_engine(&engine, "tiny", {});
   json b = body(test::held_out_problems(1)[0], "rkv", 96, true);
@@ -210,7 +197,7 @@ TEST_F(ServerTest, AFullQueueAnswers429AndBadRequestsGetErrorObjects) {
   o.port = 0;
   o.queue_limit = 1;
   Running r(o);
-  Engine engine(*model_, tokenizer_, pool_);
+  Engine engine(*model_, tokenizer_.get(), pool_);
   r.server().set_engine(&engine, "tiny", {});  // not started yet: submissions stay queued
   const json first = body(test::held_out_problems(1)[0], "fullkv", 0, false);
   std::thread waiting([&] {
@@ -272,7 +259,7 @@ TEST_F(ServerTest, AnApiKeyGuardsEveryEndpointButHealth) {
   o.port = 0;
   o.api_key = "sesame";
   Running r(o);
-  Engine engine(*model_, tokenizer_, pool_);
+  Engine engine(*model_, tokenizer_.get(), pool_);
   engine.start();
   r.server().set_engine(&engine, "tiny", {});
   auto client = r.client();

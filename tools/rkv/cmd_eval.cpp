@@ -88,9 +88,7 @@ void run(const Args& a) {
 
 void setup(CLI::App& app) {
   auto a = std::make_shared<Args>();
-  add_flag_option(app, "-m,--model", a->model, "Model directory")->required();
-  add_flag_option(app, "--tokenizer", a->tokenizer,
-                  "Tokenizer directory (default: the model directory)");
+  add_model_options(app, a->model, a->tokenizer);
   add_flag_option(app, "--dataset", a->dataset,
                   "Dataset jsonl file (e.g. ../shared/data/math500.jsonl)")
       ->required();

@@ -130,11 +130,7 @@ void run(const Args& a) {
 
 void setup(CLI::App& app) {
   auto a = std::make_shared<Args>();
-  add_flag_option(app, "-m,--model", a->model,
-                  "Model directory: config.json, *.safetensors and tokenizer files")
-      ->required();
-  add_flag_option(app, "--tokenizer", a->tokenizer,
-                  "Tokenizer directory (default: the model directory)");
+  add_model_options(app, a->model, a->tokenizer);
   add_flag_option(app, "-p,--prompt", a->prompt, "Prompt text");
   add_flag_option(app, "-f,--file", a->prompt_file, "Read the prompt text from this file");
   add_flag_option(app, "--prompt-ids", a->prompt_ids,

@@ -151,11 +151,7 @@ void run(const Args& a) {
 
 void setup(CLI::App& app) {
   auto a = std::make_shared<Args>();
-  add_flag_option(app, "-m,--model", a->model,
-                  "Model directory: config.json, *.safetensors and tokenizer files")
-      ->required();
-  add_flag_option(app, "--tokenizer", a->tokenizer,
-                  "Tokenizer directory (default: the model directory)");
+  add_model_options(app, a->model, a->tokenizer);
   add_flag_option(app, "--host", a->host, "Address to listen on (127.0.0.1: this machine only)");
   add_flag_option(app, "--port", a->port, "Port to listen on (0: any free port, printed)")
       ->check(CLI::Range(0, 65535));

@@ -62,6 +62,14 @@ void add_threads_option(CLI::App& app, int& threads) {
       ->check(CLI::Range(1, 1024));
 }
 
+void add_model_options(CLI::App& app, std::string& model, std::string& tokenizer) {
+  add_flag_option(app, "-m,--model", model,
+                  "Model directory: config.json, *.safetensors and tokenizer files")
+      ->required();
+  add_flag_option(app, "--tokenizer", tokenizer,
+                  "Tokenizer directory (default: the model directory)");
+}
+
 std::string format_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;

@@ -33,6 +33,9 @@ std::string int_list_json(const std::vector<int>& values);
 // -t/--threads with the default of all hardware threads.
 void add_threads_option(CLI::App& app, int& threads);
 
+// -m/--model (required) and --tokenizer (default: the model directory).
+void add_model_options(CLI::App& app, std::string& model, std::string& tokenizer);
+
 // Human-readable byte count: "12.5 MiB".
 std::string format_bytes(double bytes);
 
