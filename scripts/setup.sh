@@ -6,6 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcli11-dev libfmt-dev libcpp-httplib-dev
   libgtest-dev libbenchmark-dev clang-format
+  clang libclang-rt-14-dev llvm
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -152,6 +152,20 @@ TEST(CompressionParams, SetByName) {
   EXPECT_EQ(j["ratio"], nullptr);
 }
 
+// Delimiters are token bytes, not necessarily UTF-8: to_json replaces invalid bytes with U+FFFD
+// instead of throwing nlohmann::json::type_error (found by fuzz/compression_params.cpp).
+TEST(CompressionParams, ToJsonAcceptsInvalidUtf8Lists) {
+  rkv::CompressionParams p = rkv::CompressionParams::defaults(rkv::Method::skipkv);
+  p.delimiters.push_back("\xc1");
+  p.delimiters.push_back("\xe4\xb8");  // an incomplete sequence
+  p.keywords.push_back("\xff");
+  std::string text;
+  ASSERT_NO_THROW(text = p.to_json());
+  const auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["delimiters"].back(), "\xef\xbf\xbd");
+  EXPECT_EQ(j["keywords"].back(), "\xef\xbf\xbd");
+}
+
 TEST(CompressionParams, MethodsJsonListsEveryPreset) {
   const auto j = nlohmann::json::parse(rkv::methods_json());
   ASSERT_EQ(j.size(), rkv::method_table().size());

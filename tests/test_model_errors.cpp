@@ -90,6 +90,17 @@ TEST(ModelErrors, ConfigFieldsAreValidated) {
   config["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   std::ofstream(dir.path() / "config.json") << config.dump();
   EXPECT_NE(load_error(dir.path()).find("unsupported rope_scaling type 'yarn'"), std::string::npos);
+  // Floats for integer fields: a fraction is not an integer, and one beyond long long's range is
+  // out of range rather than undefined behaviour (found by fuzz/config.cpp).
+  config.erase("rope_scaling");
+  for (const auto& [value, message] :
+       {std::pair{nlohmann::json(5.2e25), "field 'hidden_size' is out of range"},
+        std::pair{nlohmann::json(-1e300), "field 'hidden_size' is out of range"},
+        std::pair{nlohmann::json(128.5), "field 'hidden_size' must be an integer"}}) {
+    config["hidden_size"] = value;
+    std::ofstream(dir.path() / "config.json") << config.dump();
+    EXPECT_NE(load_error(dir.path()).find(message), std::string::npos) << value;
+  }
 }
 
 TEST(ModelErrors, MissingTensorIsNamed) {
@@ -154,11 +165,23 @@ TEST(ModelErrors, UnsupportedDtypeTruncationAndBadHeader) {
   std::ofstream(file, std::ios::binary).write(out.data(), static_cast<std::streamsize>(out.size()));
   err = load_error(dir.path());
   EXPECT_NE(err.find("tensor model.norm.weight: unsupported dtype I8"), std::string::npos) << err;
+  // A shape whose element count overflows (found by fuzz/safetensors.cpp): an error, not UB, and
+  // not accepted through a size that wraps to the data_offsets' 0 bytes.
+  for (const char* shape : {"[4611686018427387904,4]", "[4294967296,4294967296,0]"}) {
+    const std::string h = std::string(R"({"model.norm.weight":{"dtype":"F32","shape":)") + shape +
+                          R"(,"data_offsets":[0,0]}})";
+    std::string o(8, '\0');
+    const std::uint64_t n = h.size();
+    std::memcpy(o.data(), &n, 8);
+    o += h;
+    std::ofstream(file, std::ios::binary).write(o.data(), static_cast<std::streamsize>(o.size()));
+    err = load_error(dir.path());
+    EXPECT_NE(err.find("is too large"), std::string::npos) << err;
+  }
 }
 
 TEST(ModelErrors, ShardedCheckpointMatchesSingleFile) {
-  RKV_REQUIRE_SHARED(shared);
-  const fs::path src = shared / "golden/models/llama_gqa_f32";
+  const fs::path src = test::self_made_model();
   TempDir dir;
   for (const char* f : {"config.json", "generation_config.json"})
     fs::copy_file(src / f, dir.path() / f);

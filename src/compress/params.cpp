@@ -293,7 +293,9 @@ std::string CompressionParams::to_json() const {
   j["tau"] = shortest(tau);
   j["delimiters"] = delimiters;
   j["keywords"] = keywords;
-  return j.dump();
+  // Delimiters and keywords are raw token bytes and need not be valid UTF-8 (found by
+  // fuzz/compression_params.cpp): invalid bytes are written as U+FFFD instead of throwing.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string format_text_list(const std::vector<std::string>& items) {

@@ -92,10 +92,20 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
                   "] lie outside the file's " + std::to_string(data_size) +
                   " data bytes: the file is truncated or corrupt");
     info.nbytes = static_cast<std::size_t>(e - b);
-    if (static_cast<std::uint64_t>(info.numel()) * dtype_size(info.dtype) != info.nbytes)
+    // The byte size, multiplied in numel()'s order with overflow checks: a shape whose element
+    // count or size overflows int64 is rejected here, so numel() never overflows later (found by
+    // fuzz/safetensors.cpp: [2^62,4] was signed overflow, and its wrapped size could match).
+    std::int64_t need = 1;
+    bool overflow = false;
+    for (auto d : info.shape) overflow = overflow || __builtin_mul_overflow(need, d, &need);
+    overflow = overflow || __builtin_mul_overflow(
+                               need, static_cast<std::int64_t>(dtype_size(info.dtype)), &need);
+    if (overflow)
+      throw Error(ctx + ": shape " + info.shape_string() + " of " + dt + " is too large");
+    if (static_cast<std::uint64_t>(need) != info.nbytes)
       throw Error(ctx + ": shape " + info.shape_string() + " of " + dt + " needs " +
-                  std::to_string(info.numel() * static_cast<std::int64_t>(dtype_size(info.dtype))) +
-                  " bytes but data_offsets give " + std::to_string(info.nbytes));
+                  std::to_string(need) + " bytes but data_offsets give " +
+                  std::to_string(info.nbytes));
     if (b % dtype_size(info.dtype) != 0 || (8 + header_len) % dtype_size(info.dtype) != 0)
       throw Error(ctx + ": data is not aligned to its element size");
     info.data = data_begin + b;
