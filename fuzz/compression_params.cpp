@@ -51,8 +51,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)rkv::format_text_list(p.keywords);
   try {
     p.validate();
-    for (std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{4096},
-                           std::int64_t{1} << 40})
+    for (std::int64_t n :
+         {std::int64_t{0}, std::int64_t{1}, std::int64_t{4096}, std::int64_t{1} << 40})
       (void)p.budget_for(n);
   } catch (const rkv::Error&) {
   }

@@ -23,9 +23,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const rkv::eval::Dataset d = rkv::eval::load_dataset(path, options);
     for (const auto& e : d.examples) {
-      (void)rkv::eval::render_prompt(d.prompt_template.empty() ? rkv::eval::kDefaultPromptTemplate
-                                                               : d.prompt_template,
-                                     e.question);
+      (void)rkv::eval::render_prompt(
+          d.prompt_template.empty() ? rkv::eval::kDefaultPromptTemplate : d.prompt_template,
+          e.question);
     }
   } catch (const rkv::Error&) {
   }

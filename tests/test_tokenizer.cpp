@@ -391,6 +391,36 @@ TEST(TokenizerErrors, SlowFormatMalformedVocab) {
   EXPECT_NE(message.find("vocab.json"), std::string::npos) << message;
 }
 
+// Token ids are bounded (kMaxTokenId): the tables are sized by the largest id, so one huge id in
+// a tiny file made the loader allocate gigabytes (found by fuzz/vocab_merges.cpp).
+TEST(TokenizerErrors, HugeTokenIdsAreRejected) {
+  {
+    TokenizerTempDir dir;
+    dir.write("vocab.json", R"({"a": 0, "b": 111111111})");
+    dir.write("merges.txt", "#version: 0.2\n");
+    const std::string message = error_message([&] { Tokenizer::load(dir.path()); });
+    EXPECT_NE(message.find("has id 111111111"), std::string::npos) << message;
+  }
+  {
+    TokenizerTempDir dir;
+    dir.write("vocab.json", R"({"a": 0, "b": 1})");
+    dir.write("merges.txt", "#version: 0.2\n");
+    dir.write("tokenizer_config.json",
+              R"({"added_tokens_decoder": {"3000000": {"content": "<x>", "special": true}}})");
+    const std::string message = error_message([&] { Tokenizer::load(dir.path()); });
+    EXPECT_NE(message.find("\"3000000\" is not a token id"), std::string::npos) << message;
+  }
+  {
+    json j = tiny_tokenizer_json();
+    // 2^32 + 5: read as int32 it used to wrap to id 5.
+    j["added_tokens"] = json::array({{{"id", 4294967301LL}, {"content", "<x>"}}});
+    TokenizerTempDir dir;
+    dir.write("tokenizer.json", j.dump());
+    const std::string message = error_message([&] { Tokenizer::load(dir.path()); });
+    EXPECT_NE(message.find("added_tokens: bad id"), std::string::npos) << message;
+  }
+}
+
 TEST(TokenizerErrors, UnknownEosTokenInConfig) {
   TokenizerTempDir dir;
   dir.write("tokenizer.json", tiny_tokenizer_json().dump());

@@ -110,9 +110,9 @@ class TableSax : public nlohmann::json_sax<json> {
   [[noreturn]] void fail(const std::string& what) const { throw Error(file_ + ": " + what); }
 
   bool vocab_id(int64_t id) {
-    if (id < 0 || id > (1 << 30)) {
+    if (id < 0 || id > kMaxTokenId) {
       fail("token \"" + key_ + "\" has id " + std::to_string(id) +
-           "; expected a non-negative integer");
+           "; expected an integer from 0 to " + std::to_string(kMaxTokenId));
     }
     tables_.on_vocab(key_, id);
     return true;

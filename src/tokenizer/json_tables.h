@@ -14,6 +14,12 @@
 
 namespace rkv::tokenizer {
 
+// The largest token id a tokenizer file may use (vocabulary, added tokens). The id tables are
+// sized by the largest id, so a small file with one huge id would make the loader allocate
+// gigabytes (found by fuzz/vocab_merges.cpp: 250 bytes asked for 3.5 GB, 2^30 was allowed, i.e.
+// about 70 GB). Released vocabularies stay far below it (Qwen2/3 151,665 ids, Llama-3 128,256).
+inline constexpr int64_t kMaxTokenId = (int64_t{1} << 21) - 1;
+
 struct JsonTables {
   // Where the vocabulary object is ({} = the root object, as in vocab.json); nullopt: nowhere.
   std::optional<std::vector<std::string>> vocab_path;

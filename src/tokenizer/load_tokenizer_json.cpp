@@ -71,8 +71,10 @@ void load_added_tokens(Context& ctx, const nlohmann::json& list) {
                entry.dump());
     }
     AddedToken token;
-    token.id = entry["id"].get<int32_t>();
-    if (token.id < 0 || token.id > (1 << 30)) ctx.fail("added_tokens: bad id " + entry.dump());
+    // Read as int64: get<int32_t> would wrap 2^32 + 5 to 5.
+    const auto id = entry["id"].get<int64_t>();
+    if (id < 0 || id > kMaxTokenId) ctx.fail("added_tokens: bad id " + entry.dump());
+    token.id = static_cast<int32_t>(id);
     token.content = entry["content"].get<std::string>();
     token.special = entry.value("special", false);
     token.lstrip = entry.value("lstrip", false);

@@ -77,7 +77,7 @@ void load_added_tokens(Tokenizer::Impl& impl, const std::filesystem::path& path)
     try {
       std::size_t used = 0;
       const long id = std::stol(key, &used);
-      if (used != key.size() || id < 0 || id > (1 << 30)) throw std::invalid_argument(key);
+      if (used != key.size() || id < 0 || id > kMaxTokenId) throw std::invalid_argument(key);
       token.id = static_cast<int32_t>(id);
     } catch (const std::exception&) {
       throw Error(path.string() + ": added_tokens_decoder key \"" + key + "\" is not a token id");
