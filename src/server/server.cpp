@@ -315,17 +315,18 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
     // No max_tokens: as much as the default allows and the context leaves.
     parsed.request.strict_length = false;
   }
-  // Validate every choice before any is queued: an invalid request never reaches the engine.
+  // Validated (and tokenized) once before anything is queued: an invalid request never reaches
+  // the engine. The n choices differ only in their seeds.
   std::vector<PreparedRequest> prepared;
-  for (int i = 0; i < parsed.n; ++i) {
-    Request r = parsed.request;
-    r.sampling.seed = parsed.request.sampling.seed + static_cast<std::uint64_t>(i);
-    r.decode_text = true;
-    try {
-      prepared.push_back(engine_ref.prepare(std::move(r)));
-    } catch (const Error& e) {
-      throw ApiError(400, e.what());
-    }
+  parsed.request.decode_text = true;
+  try {
+    prepared.push_back(engine_ref.prepare(parsed.request));
+  } catch (const Error& e) {
+    throw ApiError(400, e.what());
+  }
+  for (int i = 1; i < parsed.n; ++i) {
+    prepared.push_back(prepared.front());
+    prepared.back().request.sampling.seed += static_cast<std::uint64_t>(i);
   }
   if (engine_ref.stats().waiting + parsed.n > options.queue_limit) {
     ++rejected_busy;
