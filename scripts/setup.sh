@@ -17,6 +17,8 @@ done
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+# The viz page's browser test (tests/browser) drives Debian's headless chromium.
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all build dependencies are installed"
 else
@@ -27,9 +29,13 @@ else
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 cd "$(dirname "$0")/.."
-stamp=tests/server/node_modules/.installed-from-package-lock.json
-if ! cmp -s tests/server/package-lock.json "$stamp"; then
-  echo "setup: installing the server tests' npm packages (tests/server/package-lock.json)"
-  npm ci --prefix tests/server --no-audit --no-fund --loglevel=error
-  cp tests/server/package-lock.json "$stamp"
-fi
+# npm packages of the node tests, each pinned by its package-lock.json: the server's clients
+# (the official openai SDK) and the viz page's browser driver (puppeteer-core; no browser download).
+for dir in tests/server tests/browser; do
+  stamp=$dir/node_modules/.installed-from-package-lock.json
+  if ! cmp -s $dir/package-lock.json "$stamp"; then
+    echo "setup: installing $dir's npm packages ($dir/package-lock.json)"
+    PUPPETEER_SKIP_DOWNLOAD=1 npm ci --prefix $dir --no-audit --no-fund --loglevel=error
+    cp $dir/package-lock.json "$stamp"
+  fi
+done

@@ -4,6 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "model/model.h"
+#include "rkv/engine.h"
+#include "rkv/tokenizer.h"
 
 namespace rkv {
 
@@ -16,21 +19,91 @@ nlohmann::json summary(const std::vector<float>& v) {
           {"max", *std::max_element(v.begin(), v.end())},
           {"mean", sum / static_cast<double>(v.size())}};
 }
+
+// Token text is valid UTF-8 (the streaming decoder replaces what is not); replace anyway rather
+// than throw, should a tokenizer ever hand back something else.
+std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 }  // namespace
 
-CompressionTrace::CompressionTrace(const std::string& path) : out_(path) {
-  if (!out_) throw Error(path + ": cannot open the trace file for writing");
+CompressionTrace::CompressionTrace(Sink sink, const Tokenizer* tokenizer)
+    : sink_(std::move(sink)), tokenizer_(tokenizer) {
+  if (tokenizer_ != nullptr) decoder_ = std::make_unique<StreamingDecoder>(*tokenizer_);
+}
+
+CompressionTrace::CompressionTrace(const std::string& path, const Tokenizer* tokenizer)
+    : CompressionTrace(Sink{}, tokenizer) {
+  file_ = std::make_unique<std::ofstream>(path, std::ios::binary);
+  if (!*file_) throw Error(path + ": cannot open the trace file for writing");
+  sink_ = [this, path](const std::string& line) {
+    *file_ << line << '\n';
+    if (!*file_) throw Error(path + ": cannot write the trace file");
+  };
+}
+
+CompressionTrace::~CompressionTrace() = default;
+
+std::int64_t CompressionTrace::lines() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return lines_;
+}
+
+void CompressionTrace::write(const std::string& line) {
+  sink_(line);
+  ++lines_;
+}
+
+void CompressionTrace::begin(const PreparedRequest& request, const Model& model) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const CompressionParams& p = request.request.compression;
+  const ModelConfig& config = model.config();
+  write(dump({{"type", "header"},
+              {"format", "rkv-trace"},
+              {"version", kTraceVersion},
+              {"method", std::string(method_name(p.method))},
+              {"budget", p.budget},
+              {"buffer", p.buffer},
+              {"window", p.window},
+              {"layers", config.num_layers},
+              {"kv_heads", config.num_kv_heads},
+              {"prompt_tokens", request.prompt.size()},
+              {"model", model.dir().filename().string()}}));
+  for (int id : request.prompt) {
+    pending_ids_.push_back(id);
+    pending_text_.push_back(decoder_ ? decoder_->push(id) : std::string());
+  }
+  flush_tokens();
+}
+
+void CompressionTrace::token(int id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_ids_.push_back(id);
+  pending_text_.push_back(decoder_ ? decoder_->push(id) : std::string());
+}
+
+void CompressionTrace::flush_tokens() {
+  if (pending_ids_.empty()) return;
+  write(dump({{"type", "tokens"},
+              {"start", next_position_},
+              {"ids", pending_ids_},
+              {"text", pending_text_}}));
+  next_position_ += static_cast<std::int64_t>(pending_ids_.size());
+  pending_ids_.clear();
+  pending_text_.clear();
 }
 
 void CompressionTrace::record(const CompressionEvent& e) {
   std::lock_guard<std::mutex> lock(mutex_);
+  flush_tokens();
   const int heads = static_cast<int>(e.selection->kept.size());
   for (int h = 0; h < heads; ++h) {
     const std::int32_t* positions = e.cache->positions(e.layer, h);
     std::vector<std::int32_t> kept_positions;
     for (std::int32_t index : e.selection->kept[static_cast<std::size_t>(h)])
       kept_positions.push_back(positions[index]);
-    nlohmann::json line = {{"step", e.step},
+    nlohmann::json line = {{"type", "compression"},
+                           {"step", e.step},
                            {"layer", e.layer},
                            {"head", h},
                            {"method", std::string(method_name(e.params->method))},
@@ -43,10 +116,23 @@ void CompressionTrace::record(const CompressionEvent& e) {
       line["redundancy"] = summary(d.redundancy);
       line["final_score"] = summary(d.final_score);
     }
-    out_ << line.dump() << '\n';
-    ++lines_;
+    write(dump(line));
   }
-  out_.flush();
+  if (file_) file_->flush();
+}
+
+void CompressionTrace::end(const Completion& c) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (decoder_) {
+    std::string rest = decoder_->flush();
+    if (!rest.empty() && !pending_text_.empty()) pending_text_.back() += rest;
+  }
+  flush_tokens();
+  write(dump({{"type", "end"},
+              {"generated_tokens", c.tokens.size()},
+              {"finish_reason", c.finish_reason},
+              {"compressions", c.compressions}}));
+  if (file_) file_->flush();
 }
 
 }  // namespace rkv

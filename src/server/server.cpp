@@ -13,6 +13,8 @@
 #include "model/model.h"
 #include "rkv/tokenizer.h"
 #include "server/reasoning.h"
+#include "server/trace_store.h"
+#include "viz/viz.h"
 
 namespace rkv::server {
 
@@ -83,8 +85,9 @@ struct Server::Impl {
       http_requests{0};
   std::mt19937_64 seeds{std::random_device{}()};
   std::mutex seeds_mutex;
+  TraceStore traces;
 
-  explicit Impl(ServerOptions o) : options(std::move(o)) {}
+  explicit Impl(ServerOptions o) : options(std::move(o)), traces(options.viz_traces) {}
 
   Engine& ready_engine() {
     Engine* e = engine.load();
@@ -105,6 +108,8 @@ struct Server::Impl {
 
   void routes();
   void completions(const httplib::Request& req, httplib::Response& res, bool chat);
+  std::shared_ptr<const TraceStore::Entry> find_trace(const httplib::Request& req);
+  void viz_index(httplib::Response& res);
 };
 
 Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
@@ -300,6 +305,25 @@ void Server::Impl::routes() {
     if (e.tokenizer() == nullptr) throw ApiError(400, "the server has no tokenizer");
     send_json(res, 200, {{"content", e.tokenizer()->decode(ids)}});
   });
+  // The eviction page of a traced request (--viz N): an index of the kept traces, the page of
+  // one (running or finished), and its trace as JSON lines.
+  http.Get("/viz", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!req.has_param("id")) return viz_index(res);
+    const auto entry = find_trace(req);
+    std::string text;
+    {
+      std::lock_guard lock(entry->mutex);
+      text = entry->text;
+    }
+    const std::string label =
+        entry->id + (entry->choice > 0 ? " choice " + std::to_string(entry->choice) : "");
+    res.set_content(viz::render_page({{label, text}}), "text/html; charset=utf-8");
+  });
+  http.Get("/viz/trace", [this](const httplib::Request& req, httplib::Response& res) {
+    const auto entry = find_trace(req);
+    std::lock_guard lock(entry->mutex);
+    res.set_content(entry->text, "application/x-ndjson");
+  });
   http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     completions(req, res, true);
   });
@@ -336,29 +360,43 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
                    {}, "server_busy", "queue_full");
   }
 
+  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_response++);
   auto channel = std::make_shared<Channel>();
   channel->completions.resize(static_cast<std::size_t>(parsed.n));
   const bool starts_in_reasoning = prepared.front().starts_in_reasoning;
   std::vector<std::uint64_t> ids;
   for (int i = 0; i < parsed.n; ++i) {
+    PreparedRequest& p = prepared[static_cast<std::size_t>(i)];
+    std::shared_ptr<TraceStore::Entry> trace;
+    if (traces.enabled()) {
+      trace = traces.add(id, i, std::string(method_name(p.request.compression.method)),
+                         engine_ref.tokenizer());
+      trace->trace->begin(p, engine_ref.model());
+      p.request.on_compression = [trace](const CompressionEvent& e) { trace->trace->record(e); };
+    }
     RequestCallbacks cb;
-    cb.on_token = [channel, i](const TokenEvent& e) {
+    cb.on_token = [channel, i, trace](const TokenEvent& e) {
+      if (trace && e.token >= 0) trace->trace->token(e.token);
       if (e.text.empty()) return;
       std::lock_guard lock(channel->mutex);
       channel->events.push_back({i, std::string(e.text), false});
       channel->cv.notify_all();
     };
-    cb.on_done = [channel, i](const Completion& c) {
+    cb.on_done = [channel, i, trace](const Completion& c) {
+      if (trace) {
+        trace->trace->end(c);
+        std::lock_guard lock(trace->mutex);
+        trace->finished = true;
+      }
       std::lock_guard lock(channel->mutex);
       channel->completions[static_cast<std::size_t>(i)] = c;
       channel->events.push_back({i, {}, true});
       ++channel->done;
       channel->cv.notify_all();
     };
-    ids.push_back(engine_ref.submit(std::move(prepared[static_cast<std::size_t>(i)]), cb));
+    ids.push_back(engine_ref.submit(std::move(p), cb));
   }
 
-  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_response++);
   const std::int64_t created = unix_time();
   const std::string model = parsed.model.empty() ? name() : parsed.model;
   const bool split = chat && !parsed.reasoning_inline;
@@ -535,6 +573,67 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
     sink.done();
     return true;
   });
+}
+
+}  // namespace rkv::server
+
+namespace rkv::server {
+
+std::shared_ptr<const TraceStore::Entry> Server::Impl::find_trace(const httplib::Request& req) {
+  if (!traces.enabled())
+    throw ApiError(404,
+                   "request traces are off: start rkv serve with --viz N to keep the traces of "
+                   "the last N requests",
+                   {}, "invalid_request_error", "viz_disabled");
+  const std::string id = req.get_param_value("id");
+  int choice = 0;
+  if (req.has_param("choice")) {
+    const std::string c = req.get_param_value("choice");
+    if (c.empty() || c.size() > 3 || c.find_first_not_of("0123456789") != std::string::npos)
+      throw ApiError(400, "choice must be a choice index (0, 1, ...)", "choice");
+    choice = std::stoi(c);
+  }
+  auto entry = traces.find(id, choice);
+  if (!entry)
+    throw ApiError(404,
+                   "no trace of request \"" + id + "\" (choice " + std::to_string(choice) +
+                       "): only the last " + std::to_string(options.viz_traces) +
+                       " requests are kept",
+                   "id", "invalid_request_error", "trace_not_found");
+  return entry;
+}
+
+void Server::Impl::viz_index(httplib::Response& res) {
+  std::string html =
+      "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>rkv serve: "
+      "request traces</title><style>body{font:14px/1.5 system-ui,sans-serif;margin:16px}"
+      "td,th{padding:2px 10px;text-align:left}</style></head><body>\n<h1>Request traces</h1>\n";
+  const auto entries = traces.list();
+  if (!traces.enabled()) {
+    html += "<p>Tracing is off: start <code>rkv serve</code> with <code>--viz N</code>.</p>";
+  } else if (entries.empty()) {
+    html += "<p>No request yet: the traces of the last " + std::to_string(options.viz_traces) +
+            " requests are kept.</p>";
+  } else {
+    html += "<table><tr><th>request</th><th>choice</th><th>method</th><th>state</th></tr>\n";
+    for (const auto& e : entries) {
+      bool finished;
+      {
+        std::lock_guard lock(e->mutex);
+        finished = e->finished;
+      }
+      const std::string query =
+          "id=" + viz::escape_html(e->id) +
+          (e->choice > 0 ? "&amp;choice=" + std::to_string(e->choice) : std::string());
+      html += "<tr><td><a href=\"/viz?" + query + "\">" + viz::escape_html(e->id) +
+              "</a></td><td>" + std::to_string(e->choice) + "</td><td>" +
+              viz::escape_html(e->method) + "</td><td>" + (finished ? "finished" : "running") +
+              "</td><td><a href=\"/viz/trace?" + query + "\">trace</a></td></tr>\n";
+    }
+    html += "</table>";
+  }
+  html += "</body></html>\n";
+  res.set_content(html, "text/html; charset=utf-8");
 }
 
 }  // namespace rkv::server

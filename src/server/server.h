@@ -30,6 +30,8 @@ struct ServerOptions {
   double heartbeat_seconds = 0.5;  // idle time after which a waiting response probes the client
   // When set, every endpoint but /health needs "Authorization: Bearer <api_key>" (401 without).
   std::string api_key;
+  // Keep the compression traces of the last `viz_traces` requests for the /viz page (0: off).
+  int viz_traces = 0;
 };
 
 class Server {

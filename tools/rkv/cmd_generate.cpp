@@ -54,7 +54,7 @@ void run(const Args& a) {
   // Token ids in and out need no tokenizer, unless SkipKV or steering read the tokens' text.
   const bool needs_tokenizer = a.prompt_ids.empty() || !a.print_ids ||
                                request.compression.method == Method::skipkv ||
-                               !g.steering->path.empty();
+                               !g.steering->path.empty() || !a.trace.empty();
   auto model = Model::load(a.model);
   std::unique_ptr<Tokenizer> tokenizer;
   if (needs_tokenizer)
@@ -80,7 +80,7 @@ void run(const Args& a) {
   request.steering = g.steering->load(*model);
   std::unique_ptr<CompressionTrace> trace;
   std::unique_ptr<CaseDumper> dumper;
-  if (!a.trace.empty()) trace = std::make_unique<CompressionTrace>(a.trace);
+  if (!a.trace.empty()) trace = std::make_unique<CompressionTrace>(a.trace, tokenizer.get());
   if (!a.dump_case.empty())
     dumper =
         std::make_unique<CaseDumper>(a.dump_case, request.compression.method, a.dump_case_limit);
@@ -98,15 +98,18 @@ void run(const Args& a) {
   engine_options.chat_template = g.chat_template;
   Engine engine(*model, tokenizer.get(), pool, engine_options);
   const std::uint64_t seed = request.sampling.seed;
-  engine.submit(engine.prepare(std::move(request)), {.on_token =
-                                                         [](const TokenEvent& e) {
-                                                           std::fwrite(e.text.data(), 1,
-                                                                       e.text.size(), stdout);
-                                                           std::fflush(stdout);
-                                                         },
-                                                     .on_done = {}});
+  PreparedRequest prepared = engine.prepare(std::move(request));
+  if (trace) trace->begin(prepared, *model);
+  engine.submit(std::move(prepared), {.on_token =
+                                          [&trace](const TokenEvent& e) {
+                                            if (trace && e.token >= 0) trace->token(e.token);
+                                            std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+                                            std::fflush(stdout);
+                                          },
+                                      .on_done = {}});
   engine.run_until_idle();
   const Completion c = engine.take_completions().at(0);
+  if (trace) trace->end(c);
   if (c.stop_reason == "error") throw Error(c.error);
   if (a.print_ids)
     std::printf("%s\n", int_list_json(c.tokens).c_str());
@@ -151,9 +154,11 @@ void setup(CLI::App& app) {
                   "Most case files --dump-case writes")
       ->group("KV compression")
       ->check(CLI::PositiveNumber);
-  add_flag_option(app, "--trace", a->trace,
-                  "Write one JSON line per compression and KV head (kept positions, score "
-                  "summaries) to this file")
+  add_flag_option(
+      app, "--trace", a->trace,
+      "Write a trace of the sequence to this file: its tokens and, per compression and KV "
+      "head, the kept positions and score summaries (JSON lines, docs/USAGE.md; "
+      "`rkv viz` draws it)")
       ->group("KV compression");
   app.callback([a] { run(*a); });
 }

@@ -29,6 +29,7 @@ struct Args {
   int parallel = 0;
   int queue_limit = 64;
   int http_threads = 128;
+  int viz = 0;
   int prefill_chunk = 256;
   int threads = 1;
   std::shared_ptr<GenerateFlags> gen = std::make_shared<GenerateFlags>();
@@ -44,6 +45,7 @@ void run(const Args& a) {
   o.queue_limit = a.queue_limit;
   o.http_threads = a.http_threads;
   o.api_key = a.api_key;
+  o.viz_traces = a.viz;
   server::RequestDefaults defaults;
   defaults.max_tokens = g.n_predict > 0 ? g.n_predict : 1 << 30;
   defaults.sampling = g.sampling();
@@ -158,6 +160,11 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--api-key", a->api_key,
                   "Require \"Authorization: Bearer KEY\" on every endpoint but /health "
                   "(default: none)");
+  add_flag_option(app, "--viz", a->viz,
+                  "Keep the compression traces of the last N requests and serve their eviction "
+                  "pages at /viz (0: off; a trace holds every compression's kept positions, "
+                  "about 4 bytes per kept entry per layer, KV head and compression)")
+      ->check(CLI::Range(0, 100000));
   add_flag_option(app, "--alias", a->alias,
                   "Model name in /v1/models and responses (default: the directory's name)");
   add_flag_option(app, "--kv-memory", a->kv_memory,
