@@ -18,6 +18,7 @@
 #include "server/server.h"
 #include "shipped_model_test.h"
 #include "test_util.h"
+#include "viz/viz.h"
 
 namespace rkv::server {
 namespace {
@@ -276,6 +277,62 @@ TEST_F(ServerTest, AnApiKeyGuardsEveryEndpointButHealth) {
   client.set_bearer_token_auth("sesame");
   EXPECT_EQ(client.Post("/v1/completions", body, "application/json")->status, 200);
   EXPECT_EQ(client.Get("/v1/models")->status, 200);
+  engine.stop();
+}
+
+TEST_F(ServerTest, VizKeepsTheTracesOfTheLastRequests) {
+  ServerOptions off;
+  off.port = 0;
+  Running plain(off);
+  Engine engine(*model_, tokenizer_.get(), pool_);
+  engine.start();
+  plain.server().set_engine(&engine, "tiny", {});
+  auto res = plain.client().Get("/viz/trace?id=cmpl-1");
+  EXPECT_EQ(res->status, 404);
+  EXPECT_EQ(json::parse(res->body)["error"]["code"], "viz_disabled");
+
+  ServerOptions o;
+  o.port = 0;
+  o.viz_traces = 2;
+  Running r(o);
+  r.server().set_engine(&engine, "tiny", {});
+  auto client = r.client();
+  std::vector<std::string> ids;
+  std::vector<int> generated;
+  for (const char* method : {"snapkv", "rkv", "gkv"}) {
+    auto done = client.Post("/v1/completions",
+                            body(test::held_out_problems(1).at(0), method, 64, false).dump(),
+                            "application/json");
+    ASSERT_EQ(done->status, 200) << done->body;
+    const json b = json::parse(done->body);
+    ids.push_back(b["id"]);
+    generated.push_back(b["usage"]["completion_tokens"]);
+  }
+  // Only the last two requests are kept.
+  res = client.Get("/viz/trace?id=" + ids[0]);
+  EXPECT_EQ(res->status, 404);
+  EXPECT_EQ(json::parse(res->body)["error"]["code"], "trace_not_found");
+  for (int i = 1; i < 3; ++i) {
+    res = client.Get("/viz/trace?id=" + ids[i]);
+    ASSERT_EQ(res->status, 200);
+    EXPECT_EQ(res->get_header_value("Content-Type"), "application/x-ndjson");
+    const viz::TraceSummary s = viz::check_trace(res->body);
+    EXPECT_EQ(s.method, i == 1 ? "rkv" : "gkv");
+    EXPECT_TRUE(s.ended);
+    EXPECT_GT(s.compressions, 0);
+    EXPECT_EQ(s.tokens,
+              static_cast<std::int64_t>(
+                  tokenizer_->encode(test::held_out_problems(1).at(0)).size() + generated[i]));
+    res = client.Get("/viz?id=" + ids[i]);
+    ASSERT_EQ(res->status, 200);
+    EXPECT_NE(res->body.find("class=\"rkv-trace\""), std::string::npos);
+  }
+  res = client.Get("/viz");
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(res->body.find(ids[0] + "<"), std::string::npos);
+  EXPECT_NE(res->body.find("href=\"/viz?id=" + ids[2] + "\""), std::string::npos);
+  EXPECT_EQ(client.Get("/viz?id=" + ids[2] + "&choice=x")->status, 400);
+  EXPECT_EQ(client.Get("/viz?id=" + ids[2] + "&choice=1")->status, 404);
   engine.stop();
 }
 
