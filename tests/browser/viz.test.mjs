@@ -129,6 +129,9 @@ test('rkv viz draws two traces side by side and its controls show each cache', a
   assert.equal((await panelState(page, 0)).slider, 0);
 
   if (process.env.RKV_VIZ_SCREENSHOT) {
+    // Both methods after their last compression (docs/images/viz.png).
+    await page.focus('section.panel[data-trace="0"] .step-slider');
+    await page.keyboard.press('End');
     await page.hover(`section.panel[data-trace="1"] .t[data-pos="${trace.header.prompt_tokens + 40}"]`);
     await page.screenshot({ path: process.env.RKV_VIZ_SCREENSHOT });
   }
