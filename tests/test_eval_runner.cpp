@@ -128,6 +128,40 @@ TEST(EvalRunner, SummaryArithmetic) {
   fs::remove(path);
 }
 
+// The accuracy plot draws each method's points in the order summarize() returns them: budgets
+// must ascend within every method whatever order the samples were written in (runs resumed,
+// methods interleaved), and methods keep the order they first appear in.
+TEST(EvalRunner, SummaryOrdersEachMethodsBudgetsWhateverTheSampleOrder) {
+  const fs::path path = fs::temp_directory_path() / "rkv_summary_order.jsonl";
+  {
+    std::ofstream out(path);
+    const std::vector<std::pair<std::string, int>> order = {
+        {"streamingllm", 96}, {"h2o", 24},           {"h2o", 48}, {"rkv", 224},  {"h2o", 160},
+        {"rkv", 24},          {"streamingllm", 24},  {"h2o", 96}, {"fullkv", 0}, {"h2o", 224},
+        {"rkv", 96},          {"streamingllm", 224}, {"rkv", 48}, {"h2o", 8}};
+    for (const auto& [method, budget] : order)
+      out << nlohmann::json{{"example_id", "p1"},
+                            {"sample", 0},
+                            {"method", method},
+                            {"budget", budget},
+                            {"budget_label", method == "fullkv" ? "-" : std::to_string(budget)},
+                            {"correct", true},
+                            {"generated_tokens", 10},
+                            {"kv_bytes", 1}}
+                 .dump()
+          << "\n";
+  }
+  std::vector<std::pair<std::string, int>> got;
+  for (const auto& r : summarize(path)) got.emplace_back(r.method, r.budget);
+  const std::vector<std::pair<std::string, int>> expected = {
+      {"fullkv", 0}, {"streamingllm", 24}, {"streamingllm", 96}, {"streamingllm", 224},
+      {"h2o", 8},    {"h2o", 24},          {"h2o", 48},          {"h2o", 96},
+      {"h2o", 160},  {"h2o", 224},         {"rkv", 24},          {"rkv", 48},
+      {"rkv", 96},   {"rkv", 224}};
+  EXPECT_EQ(got, expected);
+  fs::remove(path);
+}
+
 TEST(EvalRunner, BudgetSpecs) {
   const auto specs = parse_budget_specs("256,10%,1024");
   ASSERT_EQ(specs.size(), 3u);

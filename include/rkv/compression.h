@@ -32,7 +32,7 @@ class ThreadPool;
 
 // ---- methods and parameters ---------------------------------------------------------------------
 
-enum class Method { fullkv, streamingllm, h2o, snapkv, rkv, gkv, skipkv };
+enum class Method { fullkv, streamingllm, h2o, snapkv, rkv, gkv, skipkv, random };
 // G-KV's global-score smoothing (ALGORITHMS.md 4, `gkv`). `none` turns the score cache off (and
 // with it the max-normalisations), as G-KV's `enable_score_cache=False` does.
 enum class Smoothing { none, max, mean, sum };
@@ -79,6 +79,9 @@ struct CompressionParams {
   // skipkv and steering: a sentence containing one of these (case-sensitive substrings) is
   // non-execution (reflection or transition).
   std::vector<std::string> keywords = default_sentence_keywords();
+  // random: the seed of its draws. The entries a compression keeps depend only on the seed, the
+  // layer, the KV head and the sequence length, so a run is reproducible.
+  std::uint32_t seed = 0;
 
   static std::vector<std::string> default_sentence_delimiters();
   static std::vector<std::string> default_sentence_keywords();
@@ -161,6 +164,7 @@ struct LayerView {
   int n_all = 0;   // entries cached per KV head
   int window = 0;  // rows of `queries` (must equal params.window for query-reading methods)
   std::int64_t seq_len = 0;  // tokens of the sequence so far (for `ratio`); 0 = n_all
+  int layer = 0;             // which layer (random: part of what seeds its draws)
 
   const float* queries = nullptr;  // [q_heads][window][head_dim], oldest first, post-RoPE
   std::vector<const float*> keys;  // [kv_heads] -> [n_all][head_dim], post-RoPE

@@ -18,7 +18,8 @@ constexpr std::size_t kMaxListItems = 256;  // delimiters / keywords
 constexpr std::size_t kMaxListText = 256;   // bytes of one delimiter / keyword
 
 constexpr ParamInfo kParams[] = {
-    {"method", "--kv-method", "compression method: fullkv|streamingllm|h2o|snapkv|rkv|gkv|skipkv"},
+    {"method", "--kv-method",
+     "compression method: fullkv|streamingllm|h2o|snapkv|rkv|gkv|skipkv|random"},
     {"budget", "--kv-budget", "entries kept per KV head after a compression, window included"},
     {"buffer", "--kv-buffer", "new tokens accepted between two compressions"},
     {"window", "--kv-window", "observation window: recent queries used for scoring, never evicted"},
@@ -45,6 +46,7 @@ constexpr ParamInfo kParams[] = {
      "\\r \\, \\\\)"},
     {"keywords", "--kv-keywords",
      "skipkv/steering: comma list of case-sensitive words that mark a non-execution sentence"},
+    {"seed", "--kv-seed", "random: seed of the random evictions (the same seed, the same choices)"},
 };
 
 [[noreturn]] void bad_value(std::string_view name, std::string_view value, const char* expected) {
@@ -262,6 +264,12 @@ void CompressionParams::set(std::string_view name, std::string_view value) {
     delimiters = parse_text_list(name, value);
   } else if (name == "keywords") {
     keywords = parse_text_list(name, value);
+  } else if (name == "seed") {
+    std::uint32_t v = 0;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (ec != std::errc() || end != value.data() + value.size())
+      bad_value(name, value, "an integer in [0, 4294967295]");
+    seed = v;
   } else {
     std::string names;
     for (const auto& p : kParams) names += (names.empty() ? "" : ", ") + std::string(p.name);
@@ -293,6 +301,7 @@ std::string CompressionParams::to_json() const {
   j["tau"] = shortest(tau);
   j["delimiters"] = delimiters;
   j["keywords"] = keywords;
+  j["seed"] = seed;
   // Delimiters and keywords are raw token bytes and need not be valid UTF-8 (found by
   // fuzz/compression_params.cpp): invalid bytes are written as U+FFFD instead of throwing.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -59,6 +59,10 @@ Pipeline pipeline_for(const CompressionParams& p) {
       s.store_global = cache;
       break;
     }
+    case Method::random:
+      s.select = Pipeline::Select::random;
+      s.seed = p.seed;
+      break;
   }
   return s;
 }
@@ -76,6 +80,15 @@ HeadResult run_head(const LayerView& view, const Pipeline& pl, int h, int budget
                     HeadDiagnostics* diag) {
   const int n_all = view.n_all;
   HeadResult res;
+  if (pl.select == Pipeline::Select::random) {
+    std::vector<std::int32_t> drawn =
+        uniform_sample(n_all - view.window, budget - view.window,
+                       draw_seed(pl.seed, view.layer, h, view.seq_len > 0 ? view.seq_len : n_all));
+    if (diag != nullptr) diag->top_k = drawn;
+    res.kept = kept_with_window(std::move(drawn), n_all - view.window, n_all);
+    res.new_state.assign(res.kept.size(), kNoState);
+    return res;
+  }
   if (pl.select != Pipeline::Select::top_k) {
     if (pl.select == Pipeline::Select::sinks_recent) {
       res.kept = sinks_and_recent(n_all, budget, pl.sinks);

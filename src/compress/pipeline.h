@@ -12,7 +12,7 @@ namespace rkv::compress {
 
 struct Pipeline {
   enum class Attention { none, rkv, gkv };
-  enum class Select { keep_all, top_k, sinks_recent };
+  enum class Select { keep_all, top_k, sinks_recent, random };
 
   Select select = Select::keep_all;
   Attention attention = Attention::none;  // the local score (ALGORITHMS.md 2)
@@ -28,6 +28,7 @@ struct Pipeline {
   float threshold = 0.5f;
   bool sentence_penalty = false;  // skipkv: final -= penalty of the entry's sentence
   int sinks = 0;                  // sinks_recent
+  std::uint32_t seed = 0;         // random
   bool store_global = false;      // new state = global score (candidates), none (window)
   bool carry_state = false;       // new state = the entry's own state
 };

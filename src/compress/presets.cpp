@@ -33,7 +33,7 @@ std::string_view name_of(Enum value,
   return "?";
 }
 
-constexpr std::array<std::pair<std::string_view, Method>, 7> kMethodNames{{
+constexpr std::array<std::pair<std::string_view, Method>, 8> kMethodNames{{
     {"fullkv", Method::fullkv},
     {"streamingllm", Method::streamingllm},
     {"h2o", Method::h2o},
@@ -41,6 +41,7 @@ constexpr std::array<std::pair<std::string_view, Method>, 7> kMethodNames{{
     {"rkv", Method::rkv},
     {"gkv", Method::gkv},
     {"skipkv", Method::skipkv},
+    {"random", Method::random},
 }};
 constexpr std::array<std::pair<std::string_view, Smoothing>, 4> kSmoothingNames{{
     {"none", Smoothing::none},
@@ -62,6 +63,7 @@ CompressionParams preset(Method method) {
     case Method::h2o:
     case Method::rkv:
     case Method::skipkv:  // R-KV's scores (kernel 7, T 0.5, window 8) mixed with sigma [0.1]
+    case Method::random:  // window 8, as the scoring methods
       break;
     case Method::snapkv:
       p.kernel = 7;
@@ -130,6 +132,12 @@ std::vector<MethodInfo> build_table() {
                "tau); adaptive steering is separate (--steering)",
                "ALGORITHMS.md 2, 3, 5", skipkv_needs, true, preset(Method::skipkv),
                uses({"window", "kernel", "threshold", "sigma", "tau", "delimiters", "keywords"})});
+  t.push_back({Method::random, "random",
+               "the floor every scoring method must beat: keep the window and budget - window "
+               "entries drawn uniformly at random per KV head (seeded by seed, layer, head and "
+               "sequence length)",
+               "not in ALGORITHMS.md (issue 19; docs/METHODS.md)", StageNeeds{}, false,
+               preset(Method::random), uses({"window", "seed"})});
   return t;
 }
 

@@ -121,4 +121,11 @@ std::vector<std::int32_t> kept_with_window(std::vector<std::int32_t> top, int n,
 // StreamingLLM: the first `sinks` entries and the most recent budget - sinks (ascending).
 std::vector<std::int32_t> sinks_and_recent(int n_all, int budget, int sinks);
 
+// The `random` method: `count` distinct indices of [0, n) drawn uniformly (every subset of that
+// size equally likely: a partial Fisher-Yates shuffle driven by splitmix64 with rejection, so the
+// draws are the same on every platform), unsorted. count is clamped to [0, n].
+std::vector<std::int32_t> uniform_sample(int n, int count, std::uint64_t seed);
+// The seed of one compression of one (layer, KV head) of a sequence of seq_len tokens.
+std::uint64_t draw_seed(std::uint32_t seed, int layer, int head, std::int64_t seq_len);
+
 }  // namespace rkv::compress

@@ -90,6 +90,7 @@ void SequenceCompressor::compress_layer_now(KvCache& cache, int layer, std::int6
   view.head_dim = shape.head_dim;
   view.n_all = n_all;
   view.seq_len = seq_len;
+  view.layer = layer;
   cache.window_queries(layer, queries_);
   view.window = cache.window_size(layer);
   view.queries = queries_.data();

@@ -136,9 +136,14 @@ std::vector<ResultRow> summarize(const std::filesystem::path& samples_jsonl) {
     row.kv_bytes = static_cast<std::size_t>(a.kv / static_cast<double>(a.n));
     rows.push_back(row);
   }
-  std::stable_sort(rows.begin(), rows.end(), [](const ResultRow& x, const ResultRow& y) {
-    if ((x.method == "fullkv") != (y.method == "fullkv")) return x.method == "fullkv";
-    if (x.method != y.method) return false;
+  // fullkv first, then the methods in the order they first appear, each by ascending budget (a
+  // strict weak order: the plot draws each method's points in this order, issue 19).
+  std::map<std::string, std::size_t> rank;
+  for (const auto& key : order)
+    rank.try_emplace(key.first, key.first == "fullkv" ? 0 : rank.size() + 1);
+  std::stable_sort(rows.begin(), rows.end(), [&rank](const ResultRow& x, const ResultRow& y) {
+    const std::size_t rx = rank.at(x.method), ry = rank.at(y.method);
+    if (rx != ry) return rx < ry;
     return x.budget < y.budget;
   });
   return rows;
