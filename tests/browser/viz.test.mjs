@@ -132,7 +132,6 @@ test('rkv viz draws two traces side by side and its controls show each cache', a
     // Both methods after their last compression (docs/images/viz.png).
     await page.focus('section.panel[data-trace="0"] .step-slider');
     await page.keyboard.press('End');
-    await page.hover(`section.panel[data-trace="1"] .t[data-pos="${trace.header.prompt_tokens + 40}"]`);
     await page.screenshot({ path: process.env.RKV_VIZ_SCREENSHOT });
   }
   await page.close();

@@ -12,7 +12,7 @@ model=models/rkv-tiny-reasoner
 data=data/chains_test.jsonl
 out=${RKV_RESULTS_DIR:-runs/tiny}
 threads=${RKV_THREADS:-2}
-methods=fullkv,streamingllm,h2o,snapkv,rkv,gkv,skipkv
+methods=fullkv,random,streamingllm,h2o,snapkv,rkv,gkv,skipkv
 # ~5%, 10%, 20%, 35% and 50% of the mean fullkv chain (about 460 tokens); 16 tokens of buffer.
 budgets=${RKV_BUDGETS:-24,48,96,160,224}
 common=(--preset chains --budgets "$budgets" --kv-buffer 16 --kv-keywords verify -t "$threads")

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-ORDER = ["fullkv", "streamingllm", "h2o", "snapkv", "rkv", "gkv", "skipkv"]
+ORDER = ["fullkv", "random", "streamingllm", "h2o", "snapkv", "rkv", "gkv", "skipkv"]
 
 
 def load(run_dir: str) -> dict:
