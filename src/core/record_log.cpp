@@ -51,7 +51,7 @@ void sync_directory(const std::filesystem::path& path) {
   ::close(fd);
 }
 
-std::string read_all(const std::filesystem::path& path) {
+std::string read_all(const std::filesystem::path& path) {  // "" when absent
   std::ifstream in(path, std::ios::binary);
   std::ostringstream ss;
   ss << in.rdbuf();
@@ -154,6 +154,15 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view text)
     throw Error(path.string() + ": cannot replace (" + std::strerror(err) + ")");
   }
   sync_directory(path);
+}
+
+std::string read_file(const std::filesystem::path& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path.string() + ": cannot open " + std::string(what));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error(path.string() + ": cannot read " + std::string(what));
+  return std::move(ss).str();
 }
 
 }  // namespace rkv

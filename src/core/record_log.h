@@ -43,4 +43,7 @@ std::uint32_t crc32(std::string_view bytes);
 // renamed over it, so a reader sees the old file or the new one, never a part. Throws rkv::Error.
 void write_file_atomic(const std::filesystem::path& path, std::string_view text);
 
+// The whole file as bytes. Throws rkv::Error "<path>: cannot open <what>" when it cannot be read.
+std::string read_file(const std::filesystem::path& path, std::string_view what);
+
 }  // namespace rkv

@@ -7,6 +7,7 @@
 #include "command.h"
 #include "common.h"
 #include "core/error.h"
+#include "core/record_log.h"
 #include "core/thread_pool.h"
 #include "engine/case_dump.h"
 #include "engine/compression_trace.h"
@@ -34,14 +35,6 @@ struct Args {
   std::shared_ptr<GenerateFlags> gen = std::make_shared<GenerateFlags>();
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open the prompt file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void run(const Args& a) {
   const int sources = !a.prompt.empty() + !a.prompt_file.empty() + !a.prompt_ids.empty();
   if (sources != 1) throw Error("give exactly one of --prompt, --file or --prompt-ids");
@@ -64,7 +57,8 @@ void run(const Args& a) {
     request.prompt_ids = parse_int_list(a.prompt_ids, "--prompt-ids");
     if (request.prompt_ids.empty()) throw Error("--prompt-ids: give at least one token id");
   } else {
-    const std::string text = a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file);
+    const std::string text =
+        a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file, "the prompt file");
     if (a.chat) {
       if (!a.system.empty()) request.messages.push_back({"system", a.system});
       request.messages.push_back({"user", text});

@@ -6,6 +6,7 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "core/record_log.h"
 #include "rkv/tokenizer.h"
 
 namespace rkv::cli {
@@ -26,11 +27,7 @@ void run_tokenize(const TokenizeOptions& o) {
   if (!o.text.empty() && !o.file.empty()) throw Error("give --text or --file, not both");
   std::string text = o.text;
   if (!o.file.empty()) {
-    std::ifstream in(o.file, std::ios::binary);
-    if (!in) throw Error(o.file + ": cannot open the file given with --file");
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    text = std::move(buffer).str();
+    text = read_file(o.file, "the file given with --file");
   }
   const Tokenizer tokenizer = Tokenizer::load(o.tokenizer_dir);
   const std::vector<int32_t> ids = tokenizer.encode(text, !o.no_special);

@@ -1,8 +1,6 @@
 // rkv viz: turns compression traces (`rkv generate --trace`) into one self-contained HTML page.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "command.h"
 #include "common.h"
@@ -19,14 +17,6 @@ struct Args {
   std::string output;
 };
 
-std::string read_trace(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open the trace");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void run(const Args& a) {
   if (a.traces.size() > 2) throw Error("give one trace, or two to compare side by side");
   if (!a.labels.empty() && a.labels.size() != a.traces.size())
@@ -35,7 +25,7 @@ void run(const Args& a) {
   for (std::size_t i = 0; i < a.traces.size(); ++i) {
     const std::string& path = a.traces[i];
     viz::PageTrace t;
-    t.text = read_trace(path);
+    t.text = read_file(path, "the trace");
     viz::TraceSummary s;
     try {
       s = viz::check_trace(t.text);
