@@ -163,6 +163,8 @@ TEST(TraceCheck, MalformedTracesNameTheLineAndTheProblem) {
       {kTokens + "\n" + kHeader, "line 2: the header must be the first line"},
       {R"({"type":"header","format":"other","version":2,"layers":1,"kv_heads":1})",
        "not an rkv trace"},
+      // Found by fuzz/viz_trace.cpp: a format of another type threw past the checker.
+      {R"({"type":"header","format":7,"version":2,"layers":1,"kv_heads":1})", "not an rkv trace"},
       {R"({"type":"header","format":"rkv-trace","version":3,"layers":1,"kv_heads":1})",
        "line 1: trace version 3 is newer than this rkv reads (2)"},
       {R"({"type":"header","format":"rkv-trace","version":2,"layers":70000,"kv_heads":1})",

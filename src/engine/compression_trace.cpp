@@ -25,6 +25,11 @@ nlohmann::json summary(const std::vector<float>& v) {
 std::string dump(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
+// The checkpoint directory's name ("models/tiny/" and "models/tiny" both give "tiny").
+std::string model_name(const std::filesystem::path& dir) {
+  const std::filesystem::path clean = dir.lexically_normal();
+  return (clean.has_filename() ? clean.filename() : clean.parent_path().filename()).string();
+}
 }  // namespace
 
 CompressionTrace::CompressionTrace(Sink sink, const Tokenizer* tokenizer)
@@ -68,7 +73,7 @@ void CompressionTrace::begin(const PreparedRequest& request, const Model& model)
               {"layers", config.num_layers},
               {"kv_heads", config.num_kv_heads},
               {"prompt_tokens", request.prompt.size()},
-              {"model", model.dir().filename().string()}}));
+              {"model", model_name(model.dir())}}));
   for (int id : request.prompt) {
     pending_ids_.push_back(id);
     pending_text_.push_back(decoder_ ? decoder_->push(id) : std::string());

@@ -575,10 +575,6 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   });
 }
 
-}  // namespace rkv::server
-
-namespace rkv::server {
-
 std::shared_ptr<const TraceStore::Entry> Server::Impl::find_trace(const httplib::Request& req) {
   if (!traces.enabled())
     throw ApiError(404,

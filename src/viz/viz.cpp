@@ -66,7 +66,8 @@ struct Checker {
 
   void header(const json& r) {
     if (records_before != 0) throw Error("the header must be the first line");
-    if (r.value("format", std::string()) != "rkv-trace")
+    const auto format = r.find("format");
+    if (format == r.end() || !format->is_string() || format->get<std::string>() != "rkv-trace")
       throw Error("not an rkv trace (\"format\" is not \"rkv-trace\")");
     const std::int64_t version = int_field(r, "version", 1, 1 << 20);
     if (version > kTraceVersion)
@@ -194,6 +195,8 @@ TraceSummary check_trace(std::string_view text) {
         throw Error(std::string("not JSON: ") + e.what());
       }
       checker.line(r);
+    } catch (const json::exception& e) {  // a field of an unexpected type the checks missed
+      throw Error("line " + std::to_string(line_number) + ": " + e.what());
     } catch (const Error& e) {
       throw Error("line " + std::to_string(line_number) + ": " + e.what());
     }
