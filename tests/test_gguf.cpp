@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <optional>
 
 #include "core/error.h"
@@ -797,6 +799,17 @@ TEST(GgufCli, GenerateAndTokenizeTakeAGgufFile) {
             0);
   std::vector<int> want(expected.begin(), expected.begin() + 32);
   EXPECT_EQ(nlohmann::json::parse(out).get<std::vector<int>>(), want) << out;
+  // The second oracle: llama2.c's run.c on the .bin files (200 steps); the GGUF file's context is
+  // 128 tokens, so the first 123 generated tokens are compared, as text.
+  ASSERT_EQ(run_command(test::rkv_binary() + " generate -m " + file +
+                            " -p 'Once upon a time' -n 123 --temp 0 --ignore-eos -t 2 2>/dev/null",
+                        out),
+            0);
+  std::ifstream ref_in(shared / "golden/gguf/llama2c_reference_once_upon_a_time.txt");
+  const std::string ref((std::istreambuf_iterator<char>(ref_in)), std::istreambuf_iterator<char>());
+  if (!out.empty() && out.back() == '\n') out.pop_back();  // generate ends its text with one
+  EXPECT_GT(out.size(), 300u);
+  EXPECT_EQ(ref.rfind("Once upon a time" + out, 0), 0u) << "rkv: " << out << "\nllama2.c: " << ref;
   ASSERT_EQ(
       run_command(
           test::rkv_binary() + " tokenize --tokenizer " + file + " --text 'Hello world' 2>&1", out),
