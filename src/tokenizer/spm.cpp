@@ -5,6 +5,7 @@
 // becomes its bytes' <0xXX> tokens. Control, unknown and user-defined tokens written in the text
 // are matched first and encoded as themselves; a space is put before the text at the start and
 // after each such token (add_space_prefix).
+#include <cmath>
 #include <queue>
 
 #include "core/error.h"
@@ -189,7 +190,12 @@ void load_gguf_vocab(Tokenizer::Impl& impl, const std::filesystem::path& path) {
     const auto id = static_cast<int32_t>(i);
     const std::string& text = (*tokens)[i];
     const int64_t type = types != nullptr ? (*types)[i] : kNormal;
-    if (scores != nullptr) impl.scores[i] = static_cast<float>((*scores)[i]);
+    if (scores != nullptr) {
+      // A NaN would break the merge queue's ordering.
+      if (std::isnan((*scores)[i]))
+        fail("tokenizer.ggml.scores[" + std::to_string(i) + "] (token '" + text + "') is NaN");
+      impl.scores[i] = static_cast<float>((*scores)[i]);
+    }
     switch (type) {
       case kNormal:
         impl.set_token(id, text, unescape_spaces(text), 0);
