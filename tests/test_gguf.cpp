@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "engine/steering.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -427,6 +428,24 @@ TEST(GgufTokenizer, UnsupportedOrMissingVocabularyIsNamed) {
               std::string::npos)
         << e.what();
   }
+  GgufBuilder nan = small_file();
+  nan.add_str("tokenizer.ggml.model", "llama");
+  nan.add_str_array("tokenizer.ggml.tokens", {"<unk>", "a"});
+  put_str(nan.kv, "tokenizer.ggml.scores");
+  put_u32(nan.kv, 9);
+  put_u32(nan.kv, 6);
+  put_u64(nan.kv, 2);
+  const float scores[2] = {0.0f, std::nanf("")};
+  nan.kv.append(reinterpret_cast<const char*>(scores), sizeof scores);
+  ++nan.n_kv;
+  try {
+    Tokenizer::load(dir.write("nan.gguf", nan.build()));
+    FAIL() << "a NaN score was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.scores[1] (token 'a') is NaN"),
+              std::string::npos)
+        << e.what();
+  }
   const auto none = dir.write("none.gguf", small_file().build());
   try {
     Tokenizer::load(none);
@@ -570,8 +589,13 @@ TEST(GgufModel, CheckpointAsGgufGivesTheSameLogits) {
   const std::pair<const char*, bool> variants[] = {{"qwen2", false}, {"llama", true}};
   for (const auto& [arch, permute] : variants) {
     SCOPED_TRACE(arch);
-    auto model = Model::load(
-        tmp.write(std::string(arch) + ".gguf", gguf_from_checkpoint(dir, arch, permute)));
+    const auto gguf_path =
+        tmp.write(std::string(arch) + ".gguf", gguf_from_checkpoint(dir, arch, permute));
+    auto model = Model::load(gguf_path);
+    if (std::string(arch) == "qwen2") {  // same architecture, sizes and values: same fingerprint
+      EXPECT_EQ(model_fingerprint(gguf_path, model->config()),
+                model_fingerprint(dir, reference->config()));
+    }
     const int V = model->config().vocab_size;
     ASSERT_EQ(V, reference->config().vocab_size);
     EXPECT_EQ(model->config().tie_word_embeddings, reference->config().tie_word_embeddings);
