@@ -3,8 +3,10 @@
 // adjacent pair whose concatenation is the vocabulary token with the highest score is merged
 // (leftmost first on equal scores) until no pair forms a token; a piece left without a token
 // becomes its bytes' <0xXX> tokens. Control, unknown and user-defined tokens written in the text
-// are matched first and encoded as themselves; a space is put before the text at the start and
-// after each such token (add_space_prefix).
+// are matched first and encoded as themselves (leftmost, longest on ties, by the matcher of the
+// byte-level path; llama.cpp takes the longest token first over the whole text, which differs
+// only when two such tokens overlap); a space is put before the text at the start and after each
+// such token (add_space_prefix).
 #include <cmath>
 #include <queue>
 
