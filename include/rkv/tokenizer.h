@@ -24,8 +24,9 @@ class Tokenizer {
   // Reads DIR/tokenizer.json if present, otherwise DIR/vocab.json + DIR/merges.txt. Also reads
   // DIR/tokenizer_config.json (bos/eos tokens, add_bos_token, chat_template, added tokens),
   // DIR/chat_template.jinja and DIR/generation_config.json (eos_token_id) when present.
-  // A path to a file stands for the directory holding it. Missing or malformed files throw
-  // rkv::Error naming the file and the problem.
+  // A path to a file stands for the directory holding it, except a .gguf file, whose vocabulary
+  // is read from its metadata (tokenizer.ggml.model "llama": SentencePiece-style, as llama.cpp
+  // encodes it). Missing or malformed files throw rkv::Error naming the file and the problem.
   static Tokenizer load(const std::filesystem::path& dir);
 
   // add_special: add the tokens the post-processor puts around a text (the BOS for Llama-3 and

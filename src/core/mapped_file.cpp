@@ -52,7 +52,7 @@ void* read_into_memory(int fd, std::size_t size, std::size_t& mapped_len,
 
 }  // namespace
 
-MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
+MappedFile::MappedFile(const std::filesystem::path& path, Mode mode) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(path.string() + ": cannot open: " + std::strerror(errno));
   struct stat st {};
@@ -63,7 +63,7 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
   }
   size_ = static_cast<std::size_t>(st.st_size);
   try {
-    if (size_ > 0 && !use_file_mapping()) {
+    if (size_ > 0 && mode == Mode::Default && !use_file_mapping()) {
       data_ =
           static_cast<const std::byte*>(read_into_memory(fd, size_, mapped_len_, path.string()));
     } else if (size_ > 0) {

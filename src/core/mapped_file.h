@@ -14,8 +14,12 @@ namespace rkv {
 
 class MappedFile {
  public:
+  // How the bytes come into memory: Default follows RKV_LOAD_MODE (read into memory unless it
+  // says mmap); Map always maps the file, so that reading a small part of a large file (a GGUF
+  // file's vocabulary) touches only that part.
+  enum class Mode { Default, Map };
   // Throws rkv::Error naming the file when it cannot be opened, read or mapped.
-  explicit MappedFile(const std::filesystem::path& path);
+  explicit MappedFile(const std::filesystem::path& path, Mode mode = Mode::Default);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

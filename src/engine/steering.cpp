@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "engine/generator.h"
+#include "model/gguf.h"
 #include "model/safetensors.h"
 
 namespace rkv {
@@ -94,20 +95,41 @@ std::string model_fingerprint(const std::filesystem::path& model_dir, const Mode
   for (int v : {config.hidden_size, config.intermediate_size, config.num_layers, config.num_heads,
                 config.num_kv_heads, config.head_dim, config.vocab_size})
     f.number(v);
-  const TensorStore store(model_dir);
-  const auto add_values = [&](const std::string& name, std::size_t count) {
-    if (!store.contains(name)) return;
-    const TensorInfo& t = store.get(name);
-    count = std::min<std::size_t>(count, static_cast<std::size_t>(t.numel()));
+  const auto add = [&](const std::string& name, const void* data, DType dtype, std::size_t numel,
+                       std::size_t count) {
+    count = std::min(count, numel);
     f.text(name);
     for (std::size_t i = 0; i < count; ++i) {
-      const std::uint16_t b = f32_to_bf16(load_as_f32(t.data, t.dtype, i));
+      const std::uint16_t b = f32_to_bf16(load_as_f32(data, dtype, i));
       f.bytes(&b, sizeof b);
     }
   };
   const auto hidden = static_cast<std::size_t>(config.hidden_size);
-  add_values("model.norm.weight", hidden);
-  add_values("model.embed_tokens.weight", 4 * hidden);
+  if (is_gguf_path(model_dir)) {
+    // The same tensors under their GGUF names (same row-major layout), hashed under the
+    // Hugging Face names; weights of other types than F32/F16/BF16 are left out.
+    const GgufFile g(model_dir, MappedFile::Mode::Map);
+    const auto add_gguf = [&](const std::string& gguf_name, const std::string& name,
+                              std::size_t count) {
+      const GgufTensor* t = g.find_tensor(gguf_name);
+      if (t == nullptr) return;
+      const std::uint32_t id = t->type->id;
+      if (id != kGgmlF32 && id != kGgmlF16 && id != kGgmlBf16) return;
+      const DType dt = id == kGgmlF32 ? DType::F32 : id == kGgmlF16 ? DType::F16 : DType::BF16;
+      add(name, t->data, dt, static_cast<std::size_t>(t->numel()), count);
+    };
+    add_gguf("output_norm.weight", "model.norm.weight", hidden);
+    add_gguf("token_embd.weight", "model.embed_tokens.weight", 4 * hidden);
+  } else {
+    const TensorStore store(model_dir);
+    const auto add_values = [&](const std::string& name, std::size_t count) {
+      if (!store.contains(name)) return;
+      const TensorInfo& t = store.get(name);
+      add(name, t.data, t.dtype, static_cast<std::size_t>(t.numel()), count);
+    };
+    add_values("model.norm.weight", hidden);
+    add_values("model.embed_tokens.weight", 4 * hidden);
+  }
   char out[17];
   std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(f.h));
   return out;

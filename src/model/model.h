@@ -1,5 +1,6 @@
 // A decoder-only transformer of the Llama / Qwen2 / Qwen3 families, loaded from a Hugging Face
-// checkpoint directory, with a batch-first forward pass over per-sequence KV caches.
+// checkpoint directory or a GGUF file, with a batch-first forward pass over per-sequence KV
+// caches.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +65,8 @@ class Model {
  public:
   // Loads config.json (+ generation_config.json) and the safetensors weights of `dir`, checking
   // every tensor's presence, shape and dtype. Throws rkv::Error naming the file and tensor.
+  // A path to a .gguf file loads that file instead (model_load_gguf.cpp: llama, qwen2, qwen3;
+  // F32/F16/BF16 weights; quantized types are refused).
   static std::unique_ptr<Model> load(const std::filesystem::path& dir);
 
   const ModelConfig& config() const { return config_; }
@@ -81,11 +84,14 @@ class Model {
 
  private:
   Model() = default;
+  static std::unique_ptr<Model> load_gguf(const std::filesystem::path& path);
   void embed(std::int32_t token, float* out) const;
 
   std::filesystem::path dir_;
   ModelConfig config_;
   std::unique_ptr<TensorStore> store_;
+  // GGUF: the mapped file and the weights re-ordered on load (Q/K rows), kept alive here.
+  std::vector<std::shared_ptr<const void>> keep_alive_;
   kernels::WeightView embed_tokens_;
   kernels::WeightView lm_head_;
   std::vector<float> final_norm_;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "model/gguf.h"
 #include "model/model.h"
 
 namespace rkv {
@@ -64,6 +65,11 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
+  if (is_gguf_path(dir)) {
+    std::unique_ptr<Model> g = load_gguf(dir);
+    g->inv_freq_ = rope_inv_freq(g->config_);
+    return g;
+  }
   std::unique_ptr<Model> m(new Model());
   m->dir_ = dir;
   m->config_ = ModelConfig::load(dir);

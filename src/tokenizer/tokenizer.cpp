@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/gguf.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
 
@@ -45,6 +46,12 @@ std::string token_content(const nlohmann::json& value) {
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (is_gguf_path(path)) {
+    auto impl = std::make_shared<Impl>();
+    impl->dir = path;
+    tokenizer::load_gguf_vocab(*impl, path);
+    return Tokenizer(std::move(impl));
+  }
   fs::path dir = path;
   if (fs::is_regular_file(path, ec)) {
     // A path to one of the tokenizer's files stands for its directory.
@@ -72,9 +79,39 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   return Tokenizer(std::move(impl));
 }
 
+namespace {
+
+// SentencePiece-style (llama.cpp's SPM path): a space before the text and after each control or
+// user-defined token written in it; the BOS is added even when the text begins with one, as
+// llama.cpp does (its golden ids have two).
+std::vector<int32_t> encode_spm_text(const Tokenizer::Impl& m, const std::string& clean,
+                                     bool add_special) {
+  std::vector<int32_t> ids;
+  if (add_special) ids = m.prefix_ids;
+  bool after_special = true;
+  for (const auto& segment : m.added.split(clean)) {
+    if (segment.id >= 0) {
+      ids.push_back(segment.id);
+      after_special = true;
+      continue;
+    }
+    if (m.spm_add_space_prefix && after_special) {
+      m.encode_spm(" " + std::string(segment.text), ids);
+    } else {
+      m.encode_spm(segment.text, ids);
+    }
+    after_special = false;
+  }
+  if (add_special) ids.insert(ids.end(), m.suffix_ids.begin(), m.suffix_ids.end());
+  return ids;
+}
+
+}  // namespace
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
   const Impl& m = *impl_;
   std::string clean = tokenizer::replace_invalid_utf8(text);
+  if (m.spm) return encode_spm_text(m, clean, add_special);
   if (m.nfc && m.nfc_whole_text) clean = tokenizer::nfc_normalize(clean);
   std::vector<int32_t> ids;
   ids.reserve(clean.size() / 3 + 4);
@@ -116,11 +153,22 @@ void check_id(const Tokenizer::Impl& m, int32_t id) {
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
   const Impl& m = *impl_;
+  // SentencePiece-style: the space the encoder put before the text is dropped from the first
+  // token after a leading BOS, as llama.cpp's detokenizer does (StreamingDecoder keeps it: it
+  // continues a prompt).
+  std::size_t strip_at = ids.size();
+  if (m.spm && m.spm_add_space_prefix) strip_at = !ids.empty() && ids[0] == m.bos ? 1 : 0;
   std::string bytes;
-  for (int32_t id : ids) {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
     check_id(m, id);
-    if (skip_special && (m.flags[static_cast<std::size_t>(id)] & Impl::kSpecial) != 0) continue;
-    bytes += m.id_to_bytes[static_cast<std::size_t>(id)];
+    const uint8_t flags = m.flags[static_cast<std::size_t>(id)];
+    if (skip_special && (flags & Impl::kSpecial) != 0) continue;
+    std::string_view piece = m.id_to_bytes[static_cast<std::size_t>(id)];
+    if (i == strip_at && (flags & (Impl::kAdded | Impl::kByte)) == 0 && !piece.empty() &&
+        piece.front() == ' ')
+      piece.remove_prefix(1);
+    bytes += piece;
   }
   return tokenizer::replace_invalid_utf8(bytes);
 }

@@ -19,7 +19,7 @@
 namespace rkv {
 
 struct Tokenizer::Impl {
-  enum Flag : uint8_t { kPresent = 1, kAdded = 2, kSpecial = 4 };
+  enum Flag : uint8_t { kPresent = 1, kAdded = 2, kSpecial = 4, kByte = 8 };
 
   std::filesystem::path dir;
 
@@ -48,6 +48,13 @@ struct Tokenizer::Impl {
 
   mutable tokenizer::WordCache cache;
 
+  // SentencePiece-style vocabulary from a GGUF file (tokenizer.ggml.model "llama"): tokens are
+  // merged by score instead of by merge rank, spaces are U+2581, bytes without a token of their
+  // own fall back to the <0xXX> tokens (byte_ids), and a space is put before the text.
+  bool spm = false;
+  bool spm_add_space_prefix = true;
+  std::vector<float> scores;  // [vocab_size]
+
   // Sets a token; grows the tables as needed.
   void set_token(int32_t id, const std::string& vocab_form, std::string bytes, uint8_t flag_bits);
   void add_added_token(const tokenizer::AddedToken& token);
@@ -57,6 +64,8 @@ struct Tokenizer::Impl {
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
   // Appends the ids of plain text (no added tokens in it).
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+  // SentencePiece-style: appends the ids of plain text (spaces not yet escaped).
+  void encode_spm(std::string_view text, std::vector<int32_t>& out) const;
   // The id of a token string from a config ("<|im_end|>"); nullopt when unknown.
   std::optional<int32_t> find(const std::string& token) const;
 };
@@ -70,6 +79,9 @@ void load_vocab_and_merges(Tokenizer::Impl& impl, const std::filesystem::path& d
 // tokenizer_config.json, chat_template.jinja and generation_config.json: BOS/EOS, add_bos_token,
 // the chat template. Call last.
 void load_config(Tokenizer::Impl& impl, const std::filesystem::path& dir);
+// The vocabulary in a GGUF file's metadata (tokenizer.ggml.*): SentencePiece-style ("llama")
+// only; a byte-level BPE ("gpt2") vocabulary is refused for now. Complete: no load_config after.
+void load_gguf_vocab(Tokenizer::Impl& impl, const std::filesystem::path& path);
 
 // Reads a whole file; rkv::Error naming the file when it cannot be read.
 std::string read_file(const std::filesystem::path& path);

@@ -280,7 +280,8 @@ void run(const Args& a) {
 
 void setup(CLI::App& app) {
   auto a = std::make_shared<Args>();
-  add_flag_option(app, "-m,--model", a->model, "Model directory (e.g. written by rkv make-model)")
+  add_flag_option(app, "-m,--model", a->model,
+                  "Model directory (e.g. written by rkv make-model) or .gguf file")
       ->required();
   add_flag_option(app, "--prompt-len", a->prompt_len, "Prompt tokens per request (random ids)");
   add_flag_option(app, "--gen-lens", a->gen_lens,

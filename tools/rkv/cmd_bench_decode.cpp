@@ -36,7 +36,7 @@ double now_seconds() {
 void setup(CLI::App& app) {
   auto args = std::make_shared<Args>();
   add_flag_option(app, "-m,--model", args->model,
-                  "Model directory (e.g. one written by rkv make-model)")
+                  "Model directory (e.g. one written by rkv make-model) or .gguf file")
       ->required();
   add_flag_option(app, "-d,--depths", args->depths,
                   "Context depths at which to measure decode, comma-separated");

@@ -19,7 +19,8 @@ struct Args {
 
 void setup(CLI::App& app) {
   auto args = std::make_shared<Args>();
-  add_flag_option(app, "-m,--model", args->model, "Model directory (config.json + *.safetensors)")
+  add_flag_option(app, "-m,--model", args->model,
+                  "Model directory (config.json + *.safetensors) or .gguf file")
       ->required();
   add_flag_option(app, "--ids", args->ids, "Comma-separated token ids, run as one forward pass")
       ->required();

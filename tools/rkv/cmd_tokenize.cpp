@@ -45,11 +45,13 @@ const RegisterCommand kRegister{
       auto o = std::make_shared<TokenizeOptions>();
       app.add_option("--tokenizer", o->tokenizer_dir,
                      "Directory with tokenizer.json, or vocab.json + merges.txt (required; "
-                     "tokenizer_config.json beside them is read too)")
-          ->type_name("DIR");
+                     "tokenizer_config.json beside them is read too), or a .gguf file with a "
+                     "SentencePiece-style vocabulary")
+          ->type_name("DIR|FILE");
       app.add_option("-m,--model", o->tokenizer_dir,
-                     "Same as --tokenizer: a model directory holding the tokenizer files")
-          ->type_name("DIR");
+                     "Same as --tokenizer: a model directory holding the tokenizer files, or a "
+                     ".gguf file")
+          ->type_name("DIR|FILE");
       app.add_option("--text", o->text,
                      "The text to tokenize (default: empty text; give --text or --file)")
           ->type_name("TEXT");

@@ -63,11 +63,13 @@ void add_threads_option(CLI::App& app, int& threads) {
 }
 
 void add_model_options(CLI::App& app, std::string& model, std::string& tokenizer) {
-  add_flag_option(app, "-m,--model", model,
-                  "Model directory: config.json, *.safetensors and tokenizer files")
+  add_flag_option(
+      app, "-m,--model", model,
+      "Model directory (config.json, *.safetensors and tokenizer files) or a .gguf file "
+      "(F32/F16/BF16 weights and its vocabulary)")
       ->required();
   add_flag_option(app, "--tokenizer", tokenizer,
-                  "Tokenizer directory (default: the model directory)");
+                  "Tokenizer directory or .gguf file (default: the model)");
 }
 
 std::string format_bytes(double bytes) {

@@ -1,0 +1,279 @@
+// Loading a GGUF file (llama.cpp's format): the {arch}.* metadata to a ModelConfig, and the
+// GGUF tensor names (token_embd, blk.N.attn_q, ...) to the model's weights, used in place.
+//
+// Dimensions in GGUF are listed fastest-varying first, so a Linear weight [out][in] appears as
+// [in, out]. llama.cpp's "llama" architecture applies RoPE to adjacent pairs (x[2j], x[2j+1]),
+// and its converters permute Hugging Face's Q/K rows to match; the forward pass here rotates
+// halves (x[j], x[j + d/2]) as Hugging Face does, so the Q/K rows of each head are put back in
+// Hugging Face's order on load (rows 0,2,4,... then 1,3,5,...) into memory the model owns.
+// qwen2 and qwen3 GGUF files already use the rotate-half ("NEOX") order and are used as they are.
+//
+// Weight types: F32, F16 and BF16. Quantized types (Q8_0, Q4_K, ...) are refused with an error
+// naming the type and the tensor; they are not dequantized behind the user's back.
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "core/error.h"
+#include "model/gguf.h"
+#include "model/model.h"
+
+namespace rkv {
+
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+struct GgufLoader {
+  const GgufFile& g;
+  std::string where;
+  std::string arch;
+
+  [[noreturn]] void fail(const std::string& what) const { throw Error(where + ": " + what); }
+
+  std::string key(const std::string& suffix) const { return arch + "." + suffix; }
+
+  int get_int(const std::string& k, std::optional<int> fallback) const {
+    const auto v = g.get_uint(k);
+    if (!v) {
+      if (!fallback) fail("missing metadata '" + k + "'");
+      return *fallback;
+    }
+    if (*v == 0 || *v > 0x7fffffffu)
+      fail("metadata '" + k + "' is " + std::to_string(*v) + ", expected a positive integer");
+    return static_cast<int>(*v);
+  }
+
+  DType dtype_of(const GgufTensor& t) const {
+    switch (t.type->id) {
+      case kGgmlF32:
+        return DType::F32;
+      case kGgmlF16:
+        return DType::F16;
+      case kGgmlBf16:
+        return DType::BF16;
+      default:
+        break;
+    }
+    if (t.type->block_elements > 1)
+      fail("quantized GGUF weights (" + std::string(t.type->name) +
+           ") are not supported yet: tensor " + t.name + " is " + std::string(t.type->name) +
+           " (this build reads F32, F16 and BF16 GGUF files)");
+    fail("tensor " + t.name + " has type " + std::string(t.type->name) +
+         ", which is not a weight type (supported: F32, F16, BF16)");
+  }
+
+  // The tensor `name` with the Hugging Face shape `hf` ([out][in]), i.e. GGUF dims reversed.
+  const GgufTensor& get(const std::string& name, const Shape& hf) const {
+    const GgufTensor* t = g.find_tensor(name);
+    if (t == nullptr) fail("missing tensor " + name);
+    const Shape want(hf.rbegin(), hf.rend());
+    if (t->dims != want)
+      fail("tensor " + name + " has dimensions " + t->dims_string() + ", expected " +
+           shape_to_string(want) + " (GGUF order, fastest-varying first)");
+    const DType dt = dtype_of(*t);
+    if (reinterpret_cast<std::uintptr_t>(t->data) % dtype_size(dt) != 0)
+      fail("tensor " + name + ": data is not aligned to its element size");
+    return *t;
+  }
+
+  kernels::WeightView matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const {
+    const GgufTensor& t = get(name, {rows, cols});
+    return {t.data, dtype_of(t), static_cast<std::size_t>(rows), static_cast<std::size_t>(cols)};
+  }
+
+  std::vector<float> vector_f32(const std::string& name, std::int64_t n) const {
+    const GgufTensor& t = get(name, {n});
+    const DType dt = dtype_of(t);
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = load_as_f32(t.data, dt, i);
+    return v;
+  }
+};
+
+// llama.cpp's permutation undone: within each head of `head_dim` rows, row 2j goes to j and row
+// 2j+1 to j + head_dim/2. Returns a copy (the mapped file is read-only) kept alive by `owner`.
+kernels::WeightView unpermute_rows(const kernels::WeightView& w, int head_dim,
+                                   std::vector<std::shared_ptr<const void>>& owner) {
+  const std::size_t row_bytes = w.cols * dtype_size(w.dtype);
+  auto buffer = std::make_shared<std::vector<std::uint64_t>>((w.rows * row_bytes + 7) / 8);
+  auto* out = reinterpret_cast<std::byte*>(buffer->data());
+  const auto* in = static_cast<const std::byte*>(w.data);
+  const std::size_t D = static_cast<std::size_t>(head_dim), half = D / 2;
+  for (std::size_t head = 0; head < w.rows / D; ++head)
+    for (std::size_t j = 0; j < half; ++j) {
+      const std::size_t base = head * D;
+      std::memcpy(out + (base + j) * row_bytes, in + (base + 2 * j) * row_bytes, row_bytes);
+      std::memcpy(out + (base + half + j) * row_bytes, in + (base + 2 * j + 1) * row_bytes,
+                  row_bytes);
+    }
+  owner.push_back(buffer);
+  return {out, w.dtype, w.rows, w.cols};
+}
+
+std::vector<float> unpermute_vector(const std::vector<float>& v, int head_dim) {
+  std::vector<float> out(v.size());
+  const std::size_t D = static_cast<std::size_t>(head_dim), half = D / 2;
+  for (std::size_t head = 0; head < v.size() / D; ++head)
+    for (std::size_t j = 0; j < half; ++j) {
+      out[head * D + j] = v[head * D + 2 * j];
+      out[head * D + half + j] = v[head * D + 2 * j + 1];
+    }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load_gguf(const std::filesystem::path& path) {
+  auto file = std::make_shared<GgufFile>(path);
+  std::unique_ptr<Model> m(new Model());
+  m->dir_ = path;
+  m->keep_alive_.push_back(file);
+  GgufLoader L{*file, path.string(), ""};
+  const GgufFile& g = *file;
+
+  const auto arch = g.get_string("general.architecture");
+  if (!arch) L.fail("missing metadata 'general.architecture'");
+  L.arch = *arch;
+  ModelConfig& c = m->config_;
+  if (L.arch == "llama") {
+    c.arch = Architecture::Llama;
+    c.architecture_name = "LlamaForCausalLM";
+  } else if (L.arch == "qwen2") {
+    c.arch = Architecture::Qwen2;
+    c.architecture_name = "Qwen2ForCausalLM";
+  } else if (L.arch == "qwen3") {
+    c.arch = Architecture::Qwen3;
+    c.architecture_name = "Qwen3ForCausalLM";
+  } else {
+    L.fail("unsupported GGUF architecture '" + L.arch + "' (supported: llama, qwen2, qwen3)");
+  }
+
+  // Refuse quantized weights up front, naming their types (most tensors first) and the first
+  // quantized tensor; then any other non-float type.
+  {
+    std::vector<std::pair<std::string, int>> quantized;  // type name, tensors
+    const GgufTensor* first = nullptr;
+    int total = 0;
+    for (const GgufTensor& t : g.tensors()) {
+      if (t.type->block_elements == 1) continue;
+      if (first == nullptr) first = &t;
+      ++total;
+      auto it = std::find_if(quantized.begin(), quantized.end(),
+                             [&](const auto& q) { return q.first == t.type->name; });
+      if (it == quantized.end())
+        quantized.emplace_back(std::string(t.type->name), 1);
+      else
+        ++it->second;
+    }
+    if (first != nullptr) {
+      std::stable_sort(quantized.begin(), quantized.end(),
+                       [](const auto& a, const auto& b) { return a.second > b.second; });
+      std::string names;
+      for (const auto& q : quantized) names += (names.empty() ? "" : ", ") + q.first;
+      L.fail("quantized GGUF weights (" + names +
+             ") are not supported yet: " + std::to_string(total) + " tensor" +
+             (total == 1 ? " is" : "s are") + " quantized, the first being " + first->name + " (" +
+             std::string(first->type->name) + "); this build reads F32, F16 and BF16 GGUF files");
+    }
+    for (const GgufTensor& t : g.tensors()) L.dtype_of(t);
+  }
+
+  c.hidden_size = L.get_int(L.key("embedding_length"), std::nullopt);
+  c.num_layers = L.get_int(L.key("block_count"), std::nullopt);
+  c.num_heads = L.get_int(L.key("attention.head_count"), std::nullopt);
+  c.num_kv_heads = L.get_int(L.key("attention.head_count_kv"), c.num_heads);
+  c.intermediate_size = L.get_int(L.key("feed_forward_length"), std::nullopt);
+  c.max_position_embeddings = L.get_int(L.key("context_length"), std::nullopt);
+  if (c.num_heads > c.hidden_size)
+    L.fail(L.key("attention.head_count") + " exceeds embedding_length");
+  c.head_dim = L.get_int(L.key("attention.key_length"), c.hidden_size / c.num_heads);
+  if (L.get_int(L.key("attention.value_length"), c.head_dim) != c.head_dim)
+    L.fail(L.key("attention.value_length") + " differs from key_length, which is not supported");
+  if (c.num_heads % c.num_kv_heads != 0)
+    L.fail(L.key("attention.head_count") + " (" + std::to_string(c.num_heads) +
+           ") is not a multiple of head_count_kv (" + std::to_string(c.num_kv_heads) + ")");
+  if (c.head_dim % 2 != 0)
+    L.fail("the head dimension must be even, got " + std::to_string(c.head_dim));
+  const int rope_dims = L.get_int(L.key("rope.dimension_count"), c.head_dim);
+  if (rope_dims != c.head_dim)
+    L.fail(L.key("rope.dimension_count") + " is " + std::to_string(rope_dims) +
+           " but the head dimension is " + std::to_string(c.head_dim) +
+           ": partial rotary embeddings are not supported");
+  const auto eps = g.get_real(L.key("attention.layer_norm_rms_epsilon"));
+  if (!eps) L.fail("missing metadata '" + L.key("attention.layer_norm_rms_epsilon") + "'");
+  if (!(*eps > 0.0 && *eps < 1.0))
+    L.fail(L.key("attention.layer_norm_rms_epsilon") + " must lie in (0, 1)");
+  c.rms_norm_eps = static_cast<float>(*eps);
+  c.rope_theta = static_cast<float>(g.get_real(L.key("rope.freq_base")).value_or(10000.0));
+  if (!(c.rope_theta > 0.0f)) L.fail(L.key("rope.freq_base") + " must be positive");
+  if (const auto scaling = g.get_string(L.key("rope.scaling.type")); scaling && *scaling != "none")
+    L.fail("rope scaling '" + *scaling + "' (" + L.key("rope.scaling.type") +
+           ") is not supported for GGUF files yet");
+  if (g.find_tensor("rope_freqs.weight") != nullptr)
+    L.fail("tensor rope_freqs.weight (Llama-3.1 rope scaling) is not supported for GGUF files yet");
+
+  if (const auto* tokens = g.get_string_array("tokenizer.ggml.tokens")) {
+    c.vocab_size = static_cast<int>(tokens->size());
+  } else {
+    c.vocab_size = L.get_int(L.key("vocab_size"), std::nullopt);
+  }
+  if (c.vocab_size <= 0) L.fail("the vocabulary is empty");
+  if (const auto bos = g.get_uint("tokenizer.ggml.bos_token_id");
+      bos && *bos < static_cast<std::uint64_t>(c.vocab_size))
+    c.bos_token_id = static_cast<int>(*bos);
+  for (const char* k : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
+    if (const auto eos = g.get_uint(k); eos && *eos < static_cast<std::uint64_t>(c.vocab_size))
+      c.eos_token_ids.push_back(static_cast<int>(*eos));
+  std::sort(c.eos_token_ids.begin(), c.eos_token_ids.end());
+  c.eos_token_ids.erase(std::unique(c.eos_token_ids.begin(), c.eos_token_ids.end()),
+                        c.eos_token_ids.end());
+  c.qk_norm = c.arch == Architecture::Qwen3;
+  c.attention_bias = c.arch == Architecture::Qwen2 || g.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
+
+  const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
+  const std::int64_t QD = static_cast<std::int64_t>(c.num_heads) * D;
+  const std::int64_t KD = static_cast<std::int64_t>(c.num_kv_heads) * D;
+  const bool unpermute = c.arch == Architecture::Llama;
+
+  m->embed_tokens_ = L.matrix("token_embd.weight", V, H);
+  m->lm_head_ = c.tie_word_embeddings ? m->embed_tokens_ : L.matrix("output.weight", V, H);
+  m->final_norm_ = L.vector_f32("output_norm.weight", H);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights w;
+    w.q = L.matrix(p + "attn_q.weight", QD, H);
+    w.k = L.matrix(p + "attn_k.weight", KD, H);
+    if (unpermute) {
+      w.q = unpermute_rows(w.q, c.head_dim, m->keep_alive_);
+      w.k = unpermute_rows(w.k, c.head_dim, m->keep_alive_);
+    }
+    w.v = L.matrix(p + "attn_v.weight", KD, H);
+    w.o = L.matrix(p + "attn_output.weight", H, QD);
+    w.gate = L.matrix(p + "ffn_gate.weight", I, H);
+    w.up = L.matrix(p + "ffn_up.weight", I, H);
+    w.down = L.matrix(p + "ffn_down.weight", H, I);
+    w.input_norm = L.vector_f32(p + "attn_norm.weight", H);
+    w.post_norm = L.vector_f32(p + "ffn_norm.weight", H);
+    if (c.attention_bias) {
+      w.q_bias = L.vector_f32(p + "attn_q.bias", QD);
+      w.k_bias = L.vector_f32(p + "attn_k.bias", KD);
+      w.v_bias = L.vector_f32(p + "attn_v.bias", KD);
+      if (unpermute) {
+        w.q_bias = unpermute_vector(w.q_bias, c.head_dim);
+        w.k_bias = unpermute_vector(w.k_bias, c.head_dim);
+      }
+    }
+    if (c.qk_norm) {
+      w.q_norm = L.vector_f32(p + "attn_q_norm.weight", D);
+      w.k_norm = L.vector_f32(p + "attn_k_norm.weight", D);
+    }
+    m->layers_.push_back(std::move(w));
+  }
+  for (const GgufTensor& t : g.tensors()) m->weight_bytes_ += t.nbytes;
+  return m;
+}
+
+}  // namespace rkv
