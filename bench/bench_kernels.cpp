@@ -26,6 +26,7 @@
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
+#include "kv/kv_codec.h"
 
 namespace {
 
@@ -89,42 +90,53 @@ void BM_Matmul(benchmark::State& state, Isa isa, Shape shape, std::size_t T, int
                          benchmark::Counter::kIsRate);
 }
 
-void BM_Attention(benchmark::State& state, Isa isa, int n) {
+void BM_Attention(benchmark::State& state, Isa isa, int n, rkv::KvDtype dtype) {
   if (!rkv::kernels::isa_supported(isa)) {
     state.SkipWithError("ISA not supported on this CPU");
     return;
   }
-  const rkv::kernels::AttentionFn fn = rkv::kernels::attention_for(isa);
+  const rkv::kernels::AttentionFn fn = rkv::kernels::attention_for(isa, dtype);
   constexpr int G = 7, d = 64;
-  const std::size_t per_cache = static_cast<std::size_t>(n) * d;  // floats in keys (or values)
-  const std::size_t copies = std::max<std::size_t>(1, kColdBytes / (2 * per_cache * 4));
-  std::vector<float> kv(2 * per_cache * copies), q(G * d), out(G * d),
-      probs(static_cast<std::size_t>(G) * static_cast<std::size_t>(n));
+  const std::size_t row_bytes = rkv::kv_row_bytes(dtype, d);
+  const std::size_t per_cache = static_cast<std::size_t>(n) * row_bytes;  // bytes of keys
+  const std::size_t copies = std::max<std::size_t>(1, kColdBytes / (2 * per_cache));
+  std::vector<std::byte> kv(2 * per_cache * copies);
+  std::vector<float> q(G * d), out(G * d),
+      probs(static_cast<std::size_t>(G) * static_cast<std::size_t>(n)), row(d);
   std::mt19937 rng(2);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (float& v : kv) v = dist(rng);
+  for (std::size_t r = 0; r < kv.size() / row_bytes; ++r) {
+    for (float& v : row) v = dist(rng);
+    rkv::kv_encode_row(dtype, row.data(), d, kv.data() + r * row_bytes);
+  }
   for (float& v : q) v = dist(rng);
   std::size_t c = 0;
   for (auto _ : state) {
-    const float* keys = kv.data() + 2 * c * per_cache;
+    const std::byte* keys = kv.data() + 2 * c * per_cache;
     fn(q.data(), G, d, keys, keys + per_cache, n, 0.125f, out.data(), probs.data());
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
     if (++c == copies) c = 0;
   }
   state.counters["GB/s"] = benchmark::Counter(
-      static_cast<double>(2 * per_cache * 4) * static_cast<double>(state.iterations()) * 1e-9,
+      static_cast<double>(2 * per_cache) * static_cast<double>(state.iterations()) * 1e-9,
       benchmark::Counter::kIsRate);
 }
 
 int register_benchmarks() {
   for (int n : {1152, 8320}) {
     for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512}) {
-      const std::string name = std::string("Attention/n") + std::to_string(n) + "/" +
-                               std::string(rkv::kernels::isa_name(isa));
-      benchmark::RegisterBenchmark(name.c_str(), BM_Attention, isa, n)
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime();
+      for (rkv::KvDtype dtype :
+           {rkv::KvDtype::f32, rkv::KvDtype::bf16, rkv::KvDtype::f16, rkv::KvDtype::q8_0}) {
+        // f32 keeps the names earlier measurements were recorded under.
+        const std::string name =
+            std::string("Attention/n") + std::to_string(n) + "/" +
+            std::string(rkv::kernels::isa_name(isa)) +
+            (dtype == rkv::KvDtype::f32 ? "" : "/" + std::string(rkv::kv_dtype_name(dtype)));
+        benchmark::RegisterBenchmark(name.c_str(), BM_Attention, isa, n, dtype)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+      }
     }
   }
   for (std::size_t T : {std::size_t{1}, std::size_t{512}}) {

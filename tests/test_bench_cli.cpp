@@ -30,13 +30,18 @@ TEST(BenchCli, TableRowsAndBatchMax) {
   const auto j = test::read_json(dir / "b.json");
   const auto& rows = j["rows"];
   ASSERT_EQ(rows.size(), 6u);  // fullkv x 2 batches + rkv x 2 budgets x 2 batches
-  // tiny: 4 layers, 2 KV heads, head_dim 32, f32 keys+values: 1024 bytes per entry.
-  const double per_entry = 4 * 2 * 32 * 4 * 2;
+  // tiny: 4 layers, 2 KV heads, head_dim 32; a bf16 checkpoint gets a bf16 cache by default:
+  // 2 bytes per value of keys and values, 512 bytes per entry.
+  const double per_entry = 4 * 2 * 32 * 2 * 2;
+  EXPECT_EQ(j["kv_dtype"], "bf16");
+  // Per cached token the slot also holds an int32 position and a float state per layer and head.
+  EXPECT_EQ(j["kv_bytes_per_token"]["total"].get<double>(), per_entry + 4 * 2 * (4 + 4));
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& row = rows[i];
     for (const char* key : {"method", "budget", "batch", "kv_bytes_per_sequence",
                             "memory_saving_pct", "throughput_tok_s", "tokens", "decode_s"})
       EXPECT_TRUE(row.contains(key)) << key;
+    EXPECT_EQ(row["kv_dtype"], "bf16");
     const int batch = row["batch"];
     EXPECT_EQ(row["tokens"].get<int>(), batch * 64);
     const double bytes = row["kv_bytes_per_sequence"];

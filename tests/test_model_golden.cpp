@@ -1,6 +1,7 @@
 // The forward pass against Hugging Face transformers' outputs for every checkpoint in
 // ../shared/golden/models (tolerances from its README: logits atol 1e-3, exact argmax and
-// greedy tokens for float32 compute).
+// greedy tokens for float32 compute), with a float32 KV cache (pinned: the tolerances are for
+// float32 arithmetic; a bf16 checkpoint would otherwise get a bf16 cache).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,7 +26,7 @@ TEST_P(GoldenModel, FullPassLogitsAndArgmax) {
   auto model = Model::load(dir);
   const int V = model->config().vocab_size;
   const auto ids = golden["input_ids"].get<std::vector<int>>();
-  KvCache cache(model->cache_shape(static_cast<int>(ids.size()), 8));
+  KvCache cache(model->cache_shape(static_cast<int>(ids.size()), 8, KvDtype::f32));
   std::vector<ForwardRow> rows;
   for (std::size_t i = 0; i < ids.size(); ++i)
     rows.push_back({&cache, ids[i], static_cast<int>(i), true});
@@ -57,7 +58,7 @@ TEST_P(GoldenModel, GreedyDecodeWithCache) {
   const auto prompt = golden["greedy_prompt_ids"].get<std::vector<int>>();
   const auto expected = golden["greedy_new_tokens"].get<std::vector<int>>();
   const auto& step_logits = golden["greedy_step_logits_first3"];
-  KvCache cache(model->cache_shape(64, 8));
+  KvCache cache(model->cache_shape(64, 8, KvDtype::f32));
   ThreadPool pool(2);
   ForwardScratch scratch;
   std::vector<float> logits(V);

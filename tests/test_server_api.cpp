@@ -61,6 +61,10 @@ ParsedRequest parse(const std::string& body, bool chat = true) {
   return parse_completion_request(body, chat, kDefaults, 1234);
 }
 
+std::optional<KvDtype> p_dtype(const std::string& body) {
+  return parse(body, false).request.kv_dtype;
+}
+
 // The status and the offending field of a body that must be refused.
 std::pair<int, std::string> refusal(const std::string& body, bool chat = true) {
   try {
@@ -127,6 +131,22 @@ TEST(OpenAiRequest, DefaultsFillWhatTheBodyLeavesOut) {
       false);
   EXPECT_EQ(lists.request.compression.keywords, (std::vector<std::string>{"wait", "a,b"}));
   EXPECT_TRUE(lists.request.compression.think_only);
+  // kv.dtype picks the cache's element type; without it the server's default applies.
+  EXPECT_FALSE(p_dtype(R"({"prompt": "x", "kv": {"method": "rkv", "budget": 64}})").has_value());
+  EXPECT_EQ(p_dtype(R"({"prompt": "x", "kv": {"dtype": "q8_0"}})"), KvDtype::q8_0);
+  EXPECT_EQ(p_dtype(R"({"prompt": "x", "kv": {"dtype": "bf16", "method": "rkv"}})"), KvDtype::bf16);
+  EXPECT_EQ(parse(R"({"prompt": "x", "kv": {"dtype": "f16", "method": "rkv"}})", false)
+                .request.compression.method,
+            Method::rkv);
+}
+
+TEST(OpenAiResponse, KvReportNamesTheDtype) {
+  Completion c;
+  c.kv_dtype = KvDtype::bf16;
+  c.kv_bytes = 1000;
+  const auto kv = kv_report({c, c});
+  EXPECT_EQ(kv["dtype"], "bf16");
+  EXPECT_EQ(kv["kv_bytes"], 2000);
 }
 
 TEST(OpenAiRequest, EveryInvalidBodyIsA400NamingTheField) {
@@ -157,6 +177,8 @@ TEST(OpenAiRequest, EveryInvalidBodyIsA400NamingTheField) {
        "kv"},
       {R"({"messages": [{"role": "user", "content": "x"}], "kv": {"budget": {"a": 1}}})",
        "kv.budget"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "kv": {"dtype": "q4"}})", "kv.dtype"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "kv": {"dtype": 16}})", "kv.dtype"},
       {R"({"messages": [{"role": "user", "content": "x"}], "reasoning_format": "xml"})",
        "reasoning_format"},
       // Controls the server does not implement are refused, not silently ignored.

@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -34,6 +35,7 @@
 #include "engine/steering.h"
 #include "rkv/chat_template.h"
 #include "rkv/compression.h"
+#include "rkv/kv_dtype.h"
 #include "rkv/sampling.h"
 
 namespace rkv {
@@ -50,6 +52,9 @@ struct EngineOptions {
   int prefill_chunk = 256;          // prompt tokens per step, over all prefilling sequences
   int context_size = 0;             // 0: the model's max_position_embeddings
   std::string chat_template;        // family for `messages` ("" or "auto": detected)
+  // The KV cache dtype of requests that name none (none here: bf16 for a bf16 or f16
+  // checkpoint, f32 for an f32 one).
+  std::optional<KvDtype> kv_dtype;
 };
 
 struct Request {
@@ -70,6 +75,8 @@ struct Request {
   bool decode_text = true;  // stream text (needs a tokenizer); false: token ids only
   CompressionParams compression = CompressionParams::defaults(Method::fullkv);
   SteeringParams steering;  // SkipKV adaptive steering (default: none)
+  // The KV cache's dtype (default: the engine's). prepare() fills it in.
+  std::optional<KvDtype> kv_dtype;
   std::function<void(const CompressionEvent&)> on_compression;  // traces, case dumps
 };
 
@@ -102,8 +109,9 @@ struct Completion {
   int prompt_tokens = 0;
   int reasoning_tokens = 0;  // generated tokens up to and including </think>
   CompressionParams compression;
-  std::size_t kv_bytes = 0;       // the slot
-  std::size_t kv_bytes_used = 0;  // entries held at the end
+  KvDtype kv_dtype = KvDtype::f32;  // what the cache stored keys and values in
+  std::size_t kv_bytes = 0;         // the slot
+  std::size_t kv_bytes_used = 0;    // entries held at the end
   int cache_capacity = 0;
   int max_cache_entries = 0;
   std::int64_t compressions = 0;

@@ -19,6 +19,8 @@ BatchEngine::BatchEngine(const Model& model, ThreadPool& pool, BatchEngineOption
     : model_(model), pool_(pool), options_(options) {
   if (options_.prefill_chunk <= 0) throw Error("the prefill chunk must be at least 1 token");
   if (options_.max_batch < 0) throw Error("the batch limit must be >= 0 (0: no limit)");
+  // A dtype that cannot hold the model's head size fails here, not at the first request.
+  if (options_.kv_dtype) kv_row_bytes(*options_.kv_dtype, model.config().head_dim);
   logits_.resize(static_cast<std::size_t>(model.config().vocab_size));
 }
 
@@ -31,8 +33,12 @@ std::size_t BatchEngine::slot_bytes(const BatchRequest& request) const {
       options_.context_size > 0 ? options_.context_size : model_.config().max_position_embeddings;
   const int prompt = static_cast<int>(request.prompt.size());
   const int max_new = std::max(0, std::min(request.max_new_tokens, context - prompt));
-  return KvCache::kv_bytes_for(
-      model_.cache_shape(compressor.cache_capacity(prompt, max_new), compressor.window()));
+  return KvCache::kv_bytes_for(model_.cache_shape(compressor.cache_capacity(prompt, max_new),
+                                                  compressor.window(), kv_dtype(request)));
+}
+
+KvDtype BatchEngine::kv_dtype(const BatchRequest& request) const {
+  return request.kv_dtype.value_or(options_.kv_dtype.value_or(model_.default_kv_dtype()));
 }
 
 int BatchEngine::max_concurrent(const BatchRequest& request) const {
@@ -66,8 +72,9 @@ std::uint64_t BatchEngine::submit(BatchRequest request) {
       request.compression, request.compression_vocab, request.steering);
   seq->max_new = std::min(request.max_new_tokens, context - prompt);
   seq->capacity = seq->compressor->cache_capacity(prompt, seq->max_new);
-  seq->slot_bytes =
-      KvCache::kv_bytes_for(model_.cache_shape(seq->capacity, seq->compressor->window()));
+  seq->kv_dtype = kv_dtype(request);
+  seq->slot_bytes = KvCache::kv_bytes_for(
+      model_.cache_shape(seq->capacity, seq->compressor->window(), seq->kv_dtype));
   if (options_.kv_memory_bytes > 0 && seq->slot_bytes > options_.kv_memory_bytes)
     throw Error("the request needs a KV cache of " + std::to_string(seq->slot_bytes) + " bytes (" +
                 std::to_string(seq->capacity) +
@@ -89,8 +96,8 @@ void BatchEngine::admit() {
     if (options_.kv_memory_bytes > 0 &&
         kv_bytes_in_use_ + seq.slot_bytes > options_.kv_memory_bytes)
       break;
-    seq.cache =
-        std::make_unique<KvCache>(model_.cache_shape(seq.capacity, seq.compressor->window()));
+    seq.cache = std::make_unique<KvCache>(
+        model_.cache_shape(seq.capacity, seq.compressor->window(), seq.kv_dtype));
     seq.compressor->init_cache(*seq.cache);
     seq.sampler = std::make_unique<Sampler>(seq.request.sampling);
     seq.admitted = Clock::now();
@@ -109,6 +116,7 @@ void BatchEngine::retire(Sequence& s) {
   result.stop_reason = s.stop_reason;
   result.prompt_tokens = s.prompt_size();
   result.kv_bytes = s.slot_bytes;
+  result.kv_dtype = s.kv_dtype;
   result.cache_capacity = s.capacity;
   result.compressions = s.compressor->compressions();
   result.compression_seconds = s.compressor->compression_seconds();

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,8 @@ struct BatchEngineOptions {
   int max_batch = 0;                // most sequences running at once (0: no limit but the cap)
   int prefill_chunk = 256;          // prompt tokens per step, over all prefilling sequences
   int context_size = 0;             // 0: the model's max_position_embeddings
+  // The KV cache dtype of requests that name none (none here: the model's default_kv_dtype()).
+  std::optional<KvDtype> kv_dtype;
 };
 
 class BatchEngine {
@@ -35,6 +38,8 @@ class BatchEngine {
 
   // Bytes of a sequence's KV slot for this request (its cache at capacity).
   std::size_t slot_bytes(const BatchRequest& request) const;
+  // The KV cache dtype a request gets.
+  KvDtype kv_dtype(const BatchRequest& request) const;
   // How many sequences like `request` fit under the cap at once (max_batch if no cap).
   int max_concurrent(const BatchRequest& request) const;
 

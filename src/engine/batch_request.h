@@ -3,12 +3,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/kv_compressor.h"
 #include "engine/sampler.h"
 #include "engine/steering.h"
+#include "rkv/kv_dtype.h"
 
 namespace rkv {
 
@@ -22,6 +24,8 @@ struct BatchRequest {
   CompressionVocab compression_vocab;
   CompressionListener on_compression;
   SteeringParams steering;  // SkipKV adaptive steering (default: none)
+  // The KV cache's dtype (default: the engine's, else the model's default_kv_dtype()).
+  std::optional<KvDtype> kv_dtype;
   // Called with every generated token (eos excluded); returning false finishes the request.
   std::function<bool(int token)> on_token;
   // Optional per-token timing hook: called after each decode step of this sequence with the
@@ -35,6 +39,7 @@ struct BatchResult {
   std::string stop_reason;  // "eos", "length", "stopped", "cancelled"
   int prompt_tokens = 0;
   std::size_t kv_bytes = 0;  // the sequence's slot
+  KvDtype kv_dtype = KvDtype::f32;
   int cache_capacity = 0;
   std::int64_t compressions = 0;
   double compression_seconds = 0.0;

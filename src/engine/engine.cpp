@@ -36,6 +36,7 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, ThreadPool& pool,
   b.max_batch = options_.max_batch;
   b.prefill_chunk = options_.prefill_chunk;
   b.context_size = options_.context_size;
+  b.kv_dtype = options_.kv_dtype;
   batch_ = std::make_unique<BatchEngine>(model_, pool_, b);
   vocab_ = std::make_unique<Vocab>();
   vocab_->eos_ids = model_.config().eos_token_ids;
@@ -126,7 +127,10 @@ PreparedRequest Engine::prepare(Request request) const {
   const SequenceCompressor compressor(request.compression, vocab, request.steering);
   p.max_new_tokens = std::min(request.max_new_tokens, context - prompt);
   p.cache_capacity = compressor.cache_capacity(prompt, p.max_new_tokens);
-  p.slot_bytes = KvCache::kv_bytes_for(model_.cache_shape(p.cache_capacity, compressor.window()));
+  request.kv_dtype =
+      request.kv_dtype.value_or(options_.kv_dtype.value_or(model_.default_kv_dtype()));
+  p.slot_bytes = KvCache::kv_bytes_for(
+      model_.cache_shape(p.cache_capacity, compressor.window(), request.kv_dtype));
   if (options_.kv_memory_bytes > 0 && p.slot_bytes > options_.kv_memory_bytes)
     throw Error("the request needs a KV cache of " + std::to_string(p.slot_bytes) + " bytes (" +
                 std::to_string(p.cache_capacity) +
@@ -179,6 +183,7 @@ void Engine::complete(Active& a, Completion c) {
   c.id = a.id;
   c.reasoning_tokens = a.reasoning_tokens;
   c.compression = a.prepared.request.compression;
+  if (a.prepared.request.kv_dtype) c.kv_dtype = *a.prepared.request.kv_dtype;
   if (a.text) {
     const std::string tail = a.text->finish();
     if (!tail.empty() && a.callbacks.on_token) a.callbacks.on_token({a.id, -1, tail});
@@ -227,6 +232,7 @@ void Engine::drain_inbox() {
     b.compression = p.request.compression;
     b.compression_vocab = vocab_->compression;
     b.steering = p.request.steering;
+    b.kv_dtype = p.request.kv_dtype;
     if (p.request.on_compression) b.on_compression = p.request.on_compression;
     Active* raw = a.get();
     const int think_start = vocab_->think_start_id;

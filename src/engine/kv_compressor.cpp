@@ -95,8 +95,19 @@ void SequenceCompressor::compress_layer_now(KvCache& cache, int layer, std::int6
   view.window = cache.window_size(layer);
   view.queries = queries_.data();
   const bool stateful = params_.method == Method::gkv || params_.method == Method::h2o;
+  // The policies read float32 keys: a cache stored in another dtype converts this layer's keys,
+  // head by head, to scratch (a float32 cache is read in place).
+  if (cache.dtype() != KvDtype::f32) keys_f32_.resize(static_cast<std::size_t>(shape.kv_heads));
   for (int h = 0; h < shape.kv_heads; ++h) {
-    view.keys.push_back(cache.keys(layer, h));
+    const KvRows keys = cache.keys(layer, h);
+    if (const float* f = keys.f32()) {
+      view.keys.push_back(f);
+    } else {
+      auto& scratch = keys_f32_[static_cast<std::size_t>(h)];
+      scratch.resize(static_cast<std::size_t>(n_all) * static_cast<std::size_t>(shape.head_dim));
+      keys.to_f32(scratch.data());
+      view.keys.push_back(scratch.data());
+    }
     view.positions.push_back(cache.positions(layer, h));
     if (stateful) view.state.push_back(cache.state(layer, h));
   }
@@ -125,7 +136,7 @@ void SequenceCompressor::compress_layer_now(KvCache& cache, int layer, std::int6
 
 void SequenceCompressor::accumulate(KvCache& cache, int layer, int kv_head, const float* probs,
                                     int G, int n) const {
-  float* accumulator = cache.state(layer, kv_head);
+  float* accumulator = cache.accumulator(layer, kv_head);
   accumulate_h2o(probs, G, 1, n, std::span<float* const>(&accumulator, 1));
 }
 

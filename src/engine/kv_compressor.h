@@ -122,7 +122,9 @@ class SequenceCompressor {
   std::int64_t compressions_seen_ = 0;  // compressions_ when sentences were last pruned
   double compression_seconds_ = 0.0;
   CompressionListener listener_;
-  std::vector<float> queries_;        // scratch: window queries
+  std::vector<float> queries_;  // scratch: window queries
+  // scratch: [kv_heads][n_all][head_dim] float32 keys of a cache stored in another dtype
+  std::vector<std::vector<float>> keys_f32_;
   std::vector<std::uint8_t> cached_;  // scratch: which positions some (layer, head) holds
 };
 

@@ -21,9 +21,10 @@ struct Sequence {
 
   std::uint64_t id = 0;
   BatchRequest request;
-  int max_new = 0;             // max_new_tokens clipped to the context
-  int capacity = 0;            // entries per (layer, KV head) of its slot
-  std::size_t slot_bytes = 0;  // the slot's bytes (the cache at capacity)
+  int max_new = 0;                  // max_new_tokens clipped to the context
+  int capacity = 0;                 // entries per (layer, KV head) of its slot
+  std::size_t slot_bytes = 0;       // the slot's bytes (the cache at capacity)
+  KvDtype kv_dtype = KvDtype::f32;  // what its cache stores keys and values in
   std::unique_ptr<SequenceCompressor> compressor;
   std::unique_ptr<KvCache> cache;  // allocated at admission, freed at retirement
   std::unique_ptr<Sampler> sampler;

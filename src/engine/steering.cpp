@@ -280,8 +280,9 @@ std::vector<Thought> split_thoughts(const std::vector<int>& output,
   return thoughts;
 }
 
-SteeringCalibration::SteeringCalibration(const Model& model, int layer, std::string fingerprint)
-    : model_(model), layer_(layer), fingerprint_(std::move(fingerprint)) {
+SteeringCalibration::SteeringCalibration(const Model& model, int layer, std::string fingerprint,
+                                         std::optional<KvDtype> kv_dtype)
+    : model_(model), layer_(layer), fingerprint_(std::move(fingerprint)), kv_dtype_(kv_dtype) {
   const ModelConfig& c = model.config();
   if (layer < 0 || layer >= c.num_layers)
     throw Error("steering layer " + std::to_string(layer) + " does not exist: the model has " +
@@ -307,7 +308,7 @@ std::vector<Thought> SteeringCalibration::add_sample(
     positions.push_back(static_cast<std::int32_t>(prompt.size()) + t.delimiter);
   const ModelConfig& c = model_.config();
   LayerCapture capture(layer_, c.hidden_size, positions);
-  KvCache cache(model_.cache_shape(static_cast<int>(tokens.size()), 0));
+  KvCache cache(model_.cache_shape(static_cast<int>(tokens.size()), 0, kv_dtype_));
   ForwardScratch scratch;
   prefill(model_, cache, tokens, 0, prefill_chunk, scratch, pool, nullptr, &capture);
   for (std::size_t i = 0; i < thoughts.size(); ++i) {

@@ -105,7 +105,9 @@ std::vector<Thought> split_thoughts(const std::vector<int>& output,
 // prefill chunks, so no generation hook is needed), and builds the vector.
 class SteeringCalibration {
  public:
-  SteeringCalibration(const Model& model, int layer, std::string model_fingerprint);
+  // kv_dtype: the dtype of the caches its forward passes use (none: the model's default).
+  SteeringCalibration(const Model& model, int layer, std::string model_fingerprint,
+                      std::optional<KvDtype> kv_dtype = std::nullopt);
 
   // Returns the thoughts found in the output (with labels), after adding their hidden states.
   std::vector<Thought> add_sample(const std::vector<int>& prompt, const std::vector<int>& output,
@@ -121,6 +123,7 @@ class SteeringCalibration {
   const Model& model_;
   int layer_;
   std::string fingerprint_;
+  std::optional<KvDtype> kv_dtype_;
   std::vector<double> execution_sum_, non_execution_sum_;  // [hidden]
   int n_execution_ = 0, n_non_execution_ = 0;
 };

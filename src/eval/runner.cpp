@@ -174,6 +174,7 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
   const int max_new = o.max_new_tokens > 0 ? o.max_new_tokens : dataset.max_length;
   EngineOptions engine_options;
   engine_options.kv_memory_bytes = o.kv_memory_bytes;
+  engine_options.kv_dtype = o.kv_dtype;
   engine_options.max_batch = o.max_batch;
   engine_options.chat_template = o.chat_template;
 
@@ -250,6 +251,7 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
                     {"generated_tokens", result.tokens.size()},
                     {"stop_reason", result.stop_reason},
                     {"kv_bytes", result.kv_bytes},
+                    {"kv_dtype", std::string(kv_dtype_name(result.kv_dtype))},
                     {"time_s", result.prefill_seconds + result.decode_seconds},
                     {"output", text}};
         out.append(std::move(rec));

@@ -5,12 +5,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/steering.h"
 #include "rkv/compression.h"
 #include "rkv/eval.h"
+#include "rkv/kv_dtype.h"
 
 namespace rkv {
 class Model;
@@ -43,6 +45,7 @@ struct RunnerOptions {
   std::string chat_template;  // "" = detect
   std::string prompt_template = std::string(kDefaultPromptTemplate);
   std::size_t kv_memory_bytes = 0;
+  std::optional<KvDtype> kv_dtype;  // the KV cache's dtype (none: the model's default)
   int max_batch = 0;
   SteeringParams steering;  // SkipKV adaptive steering for every sequence (default: none)
   std::filesystem::path out_dir;

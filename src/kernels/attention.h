@@ -1,22 +1,37 @@
-// Attention of one query token against one KV head's cache arrays (DESIGN.md property 6).
+// Attention of one query token against one KV head's cache arrays (DESIGN.md property 6), for
+// every dtype the KV cache stores (rkv/kv_dtype.h).
 #pragma once
 
+#include <cstddef>
+
 #include "kernels/kernels.h"
+#include "rkv/kv_dtype.h"
 
 namespace rkv::kernels {
 
 // q: [G][d], the G query heads that share this KV head (consecutive heads, HF repeat_kv order).
-// keys, values: [n][d] (the cache arrays of one (layer, KV head), visible prefix only).
-// out: [G][d] = softmax(q k^T * scale) v, softmax in float32.
+// keys, values: n rows of d values each in the dtype the function was chosen for, row stride
+// kv_row_bytes(dtype, d) (the cache arrays of one (layer, KV head), visible prefix only; for f32
+// simply [n][d] floats).
+// out: [G][d] = softmax(q k^T * scale) v, softmax and accumulation in float32, keys and values
+// read as their exact float32 values (bf16 and f16 widen exactly, q8_0 is scale * q).
 // probs: [G][n] scratch; on return it holds the attention probabilities (H2O reads them).
-using AttentionFn = void (*)(const float* q, int G, int d, const float* keys, const float* values,
+using AttentionFn = void (*)(const float* q, int G, int d, const void* keys, const void* values,
                              int n, float scale, float* out, float* probs);
 
-// The implementation for the active instruction set (see kernels.h).
-AttentionFn attention_fn();
+// The implementation for the active instruction set (see kernels.h) and a cache dtype.
+AttentionFn attention_fn(KvDtype dtype = KvDtype::f32);
 
 // The implementation for one instruction set (callers check kernels::isa_supported first).
-AttentionFn attention_for(Isa isa);
+AttentionFn attention_for(Isa isa, KvDtype dtype = KvDtype::f32);
+
+// Converts n cache rows of d values of `dtype` (row stride kv_row_bytes(dtype, d)) to float32
+// out[n][d], on the active instruction set (what compression reads).
+void kv_to_f32(KvDtype dtype, const void* rows, std::size_t n, int d, float* out);
+
+// The same on one instruction set.
+using KvDecodeFn = void (*)(KvDtype dtype, const void* rows, std::size_t n, int d, float* out);
+KvDecodeFn kv_decode_for(Isa isa);
 
 // exp(x) for a vector (in place), vectorised; max error about 2 ulp. Used by softmaxes.
 void vec_exp(float* x, int n);

@@ -10,6 +10,8 @@
 //  * softmax: float32 with vector max and sum.
 //  * output: one head and 64 dimensions at a time (8 accumulators), over chunks of kPvChunk
 //    values, so that every pass after the first over a chunk reads it from L1.
+//  * cache dtypes: every read of 8 keys or values goes through a Row loader that widens the
+//    stored type to float32 in registers (as attention_avx512.cpp does).
 
 // GCC 12's _mm*_undefined_*() (used inside some intrinsics) trip -Wuninitialized after inlining.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -18,29 +20,88 @@
 #include <immintrin.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "kernels/attention.h"
 #include "kernels/attention_blocked.h"
 #include "kernels/attention_impl.h"
 #include "kernels/avx2_util.h"
+#include "kv/kv_codec.h"
 
 namespace rkv::kernels {
 namespace {
+
+// Row loaders: 8 values k .. k + 7 (k a multiple of 8) of one cache row as float32, and the
+// address of value k (for prefetches, every kPrefetchEvery loads of 8).
+template <KvDtype T>
+struct Row;
+
+template <>
+struct Row<KvDtype::f32> {
+  static constexpr int kPrefetchEvery = 2;
+  static const std::byte* at(const std::byte* row, int k) { return row + 4 * k; }
+  static __m256 load8(const std::byte* row, int k) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  }
+};
+
+template <>
+struct Row<KvDtype::bf16> {
+  static constexpr int kPrefetchEvery = 4;
+  static const std::byte* at(const std::byte* row, int k) { return row + 2 * k; }
+  static __m256 load8(const std::byte* row, int k) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+};
+
+template <>
+struct Row<KvDtype::f16> {
+  static constexpr int kPrefetchEvery = 4;
+  static const std::byte* at(const std::byte* row, int k) { return row + 2 * k; }
+  static __m256 load8(const std::byte* row, int k) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k)));
+  }
+};
+
+template <>
+struct Row<KvDtype::q8_0> {
+  static constexpr int kPrefetchEvery = 4;
+  static const std::byte* at(const std::byte* row, int k) {
+    return row + static_cast<std::size_t>(k / kQ8BlockValues) * kQ8BlockBytes + 2 +
+           k % kQ8BlockValues;
+  }
+  static __m256 load8(const std::byte* row, int k) {
+    const std::byte* block = row + static_cast<std::size_t>(k / kQ8BlockValues) * kQ8BlockBytes;
+    std::uint16_t h;
+    std::memcpy(&h, block, 2);
+    const __m128i q =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + k % kQ8BlockValues));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_set1_ps(_cvtsh_ss(h)));
+  }
+};
 
 // The width-specific part of the blocked kernel (see attention_blocked.h).
 struct Lanes8 {
   static constexpr int kLanes = 8;
 
-  // 8 rows of D keys from `block` (row stride D), transposed: kt[k * 8 + i] = block[i][k].
-  template <int D>
-  static void transpose_block(const float* block, bool prefetch, float* kt) {
+  // 8 rows of D keys from `block` (row stride row_bytes) as float32, transposed:
+  // kt[k * 8 + i] = block[i][k]; rows from `rows` on are zeros unless Full.
+  template <int D, class R, bool Full>
+  static void transpose_block(const std::byte* block, std::size_t row_bytes, int rows, float* kt) {
     for (int c = 0; c < D; c += 8) {
       __m256 r[8];
       for (int i = 0; i < 8; ++i) {
-        if (prefetch && c % 16 == 0)
-          prefetch_ahead(block + i * D + c, kPrefetchRows * D * sizeof(float));
-        r[i] = _mm256_loadu_ps(block + i * D + c);
+        const std::byte* row = block + static_cast<std::size_t>(i) * row_bytes;
+        if constexpr (Full) {
+          if ((c / 8) % R::kPrefetchEvery == 0)
+            prefetch_ahead(R::at(row, c), kPrefetchRows * row_bytes);
+          r[i] = R::load8(row, c);
+        } else {
+          r[i] = i < rows ? R::load8(row, c) : _mm256_setzero_ps();
+        }
       }
       transpose8x8(r);
       for (int i = 0; i < 8; ++i) _mm256_store_ps(kt + (c + i) * 8, r[i]);
@@ -115,48 +176,108 @@ void softmax_rows_avx2(float* probs, int G, int n) {
   }
 }
 
-// out[g][c0, c0 + 64) += sum_{j in [j0, j1)} probs[g][j] * values[j][c0, c0 + 64), row stride d;
-// `prefetch` on the first pass over the chunk.
-void output_chunk(const float* p, const float* values, int d, int c0, int j0, int j1, bool prefetch,
-                  float* o) {
+// out[g][c0, c0 + 64) += sum_{j in [j0, j1)} probs[g][j] * values[j][c0, c0 + 64), row stride
+// row_bytes; `prefetch` on the first pass over the chunk.
+template <class R>
+void output_chunk(const float* p, const std::byte* values, std::size_t row_bytes, int c0, int j0,
+                  int j1, bool prefetch, float* o) {
   __m256 acc[8];
   for (int c = 0; c < 8; ++c) acc[c] = _mm256_loadu_ps(o + c0 + c * 8);
   for (int j = j0; j < j1; ++j) {
-    const float* vj = values + static_cast<std::size_t>(j) * static_cast<std::size_t>(d) + c0;
+    const std::byte* vj = values + static_cast<std::size_t>(j) * row_bytes;
     if (prefetch)
-      for (int c = 0; c < 8; c += 2)
-        prefetch_ahead(vj + c * 8, kPrefetchRows * static_cast<std::size_t>(d) * sizeof(float));
+      for (int c = 0; c < 8; c += R::kPrefetchEvery)
+        prefetch_ahead(R::at(vj, c0 + c * 8), kPrefetchRows * row_bytes);
     const __m256 pj = _mm256_broadcast_ss(p + j);
-    for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + c * 8), acc[c]);
+    for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pj, R::load8(vj, c0 + c * 8), acc[c]);
   }
   for (int c = 0; c < 8; ++c) _mm256_storeu_ps(o + c0 + c * 8, acc[c]);
 }
 
-void output(const float* probs, int G, int d, int n, const float* values, float* out) {
+template <class R>
+void output(const float* probs, int G, int d, int n, const std::byte* values, std::size_t row_bytes,
+            float* out) {
   for (int k = 0; k < G * d; ++k) out[k] = 0.0f;
   for (int j0 = 0; j0 < n; j0 += kPvChunk) {
     const int j1 = n - j0 < kPvChunk ? n : j0 + kPvChunk;
     for (int g = 0; g < G; ++g)
       for (int c0 = 0; c0 < d; c0 += 64)
-        output_chunk(probs + static_cast<std::size_t>(g) * static_cast<std::size_t>(n), values, d,
-                     c0, j0, j1, g == 0, out + g * d);
+        output_chunk<R>(probs + static_cast<std::size_t>(g) * static_cast<std::size_t>(n), values,
+                        row_bytes, c0, j0, j1, g == 0, out + g * d);
   }
+}
+
+// Cache rows of dtype T to float32, 8 values at a time (d a multiple of 8; else the portable
+// conversion).
+template <KvDtype T>
+void decode_rows(const void* rows, std::size_t n, int d, float* out) {
+  if (d % 8 != 0) {
+    kv_decode_rows_reference(T, static_cast<const std::byte*>(rows), n, d, out);
+    return;
+  }
+  const std::size_t row_bytes = kv_row_bytes(T, d);
+  const auto* base = static_cast<const std::byte*>(rows);
+  for (std::size_t j = 0; j < n; ++j)
+    for (int k = 0; k < d; k += 8)
+      _mm256_storeu_ps(out + j * static_cast<std::size_t>(d) + static_cast<std::size_t>(k),
+                       Row<T>::load8(base + j * row_bytes, k));
+}
+
+void kv_decode_avx2(KvDtype dtype, const void* rows, std::size_t n, int d, float* out) {
+  switch (dtype) {
+    case KvDtype::f32:
+      return decode_rows<KvDtype::f32>(rows, n, d, out);
+    case KvDtype::bf16:
+      return decode_rows<KvDtype::bf16>(rows, n, d, out);
+    case KvDtype::f16:
+      return decode_rows<KvDtype::f16>(rows, n, d, out);
+    case KvDtype::q8_0:
+      return decode_rows<KvDtype::q8_0>(rows, n, d, out);
+  }
+}
+
+template <KvDtype T>
+void attention_typed(const float* q, int G, int d, const void* keys_v, const void* values_v, int n,
+                     float scale, float* out, float* probs) {
+  const auto* keys = static_cast<const std::byte*>(keys_v);
+  const auto* values = static_cast<const std::byte*>(values_v);
+  if (d != 64 && d != 128) {
+    if constexpr (T == KvDtype::f32) {
+      attention_impl(q, G, d, static_cast<const float*>(keys_v),
+                     static_cast<const float*>(values_v), n, scale, out, probs);
+    } else {
+      attention_decoded(&kv_decode_avx2, T, q, G, d, keys_v, values_v, n, scale, out, probs);
+    }
+    return;
+  }
+  const std::size_t row_bytes = kv_row_bytes(T, d);
+  if (d == 64) {
+    scores<Lanes8, Row<T>, 64>(q, G, keys, row_bytes, n, scale, probs);
+  } else {
+    scores<Lanes8, Row<T>, 128>(q, G, keys, row_bytes, n, scale, probs);
+  }
+  softmax_rows_avx2(probs, G, n);
+  output<Row<T>>(probs, G, d, n, values, row_bytes, out);
 }
 
 }  // namespace
 
-void attention_avx2(const float* q, int G, int d, const float* keys, const float* values, int n,
-                    float scale, float* out, float* probs) {
-  if (d == 64) {
-    scores<Lanes8, 64>(q, G, keys, n, scale, probs);
-  } else if (d == 128) {
-    scores<Lanes8, 128>(q, G, keys, n, scale, probs);
-  } else {
-    attention_impl(q, G, d, keys, values, n, scale, out, probs);
-    return;
+AttentionFn attention_avx2_for(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::f32:
+      return &attention_typed<KvDtype::f32>;
+    case KvDtype::bf16:
+      return &attention_typed<KvDtype::bf16>;
+    case KvDtype::f16:
+      return &attention_typed<KvDtype::f16>;
+    case KvDtype::q8_0:
+      return &attention_typed<KvDtype::q8_0>;
   }
-  softmax_rows_avx2(probs, G, n);
-  output(probs, G, d, n, values, out);
+  return &attention_typed<KvDtype::f32>;
+}
+
+KvDecodeFn kv_decode_avx2_fn() {
+  return &kv_decode_avx2;
 }
 
 void vec_exp_avx2(float* x, int n) {

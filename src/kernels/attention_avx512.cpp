@@ -10,6 +10,10 @@
 //  * output: chunks of kPvChunk values, so that when the heads are taken in groups each group
 //    after the first reads the chunk from L1; a group's accumulators (GB heads x d/16 vectors)
 //    stay in registers over the chunk.
+//  * cache dtypes: every read of 16 keys or values goes through a Row loader that widens the
+//    stored type to float32 in registers (f32: a load; bf16: zero-extend and shift left 16;
+//    f16: vcvtph2ps; q8_0: sign-extend the int8 and multiply by the block's scale), so the
+//    kernel streams the cache at its stored size and computes exactly as on float32.
 
 // GCC 12's _mm*_undefined_*() (used inside many intrinsics) trip -Wuninitialized after inlining.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -18,28 +22,88 @@
 #include <immintrin.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "kernels/attention.h"
 #include "kernels/attention_blocked.h"
 #include "kernels/attention_impl.h"
 #include "kernels/avx512_util.h"
+#include "kv/kv_codec.h"
 
 namespace rkv::kernels {
 namespace {
+
+// Row loaders: 16 values k .. k + 15 (k a multiple of 16) of one cache row as float32, and the
+// address of value k (for prefetches, every kPrefetchEvery loads of 16).
+template <KvDtype T>
+struct Row;
+
+template <>
+struct Row<KvDtype::f32> {
+  static constexpr int kPrefetchEvery = 1;
+  static const std::byte* at(const std::byte* row, int k) { return row + 4 * k; }
+  static __m512 load16(const std::byte* row, int k) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  }
+};
+
+template <>
+struct Row<KvDtype::bf16> {
+  static constexpr int kPrefetchEvery = 2;
+  static const std::byte* at(const std::byte* row, int k) { return row + 2 * k; }
+  static __m512 load16(const std::byte* row, int k) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+};
+
+template <>
+struct Row<KvDtype::f16> {
+  static constexpr int kPrefetchEvery = 2;
+  static const std::byte* at(const std::byte* row, int k) { return row + 2 * k; }
+  static __m512 load16(const std::byte* row, int k) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k)));
+  }
+};
+
+template <>
+struct Row<KvDtype::q8_0> {
+  static constexpr int kPrefetchEvery = 2;
+  static const std::byte* at(const std::byte* row, int k) {
+    return row + static_cast<std::size_t>(k / kQ8BlockValues) * kQ8BlockBytes + 2 +
+           k % kQ8BlockValues;
+  }
+  static __m512 load16(const std::byte* row, int k) {
+    const std::byte* block = row + static_cast<std::size_t>(k / kQ8BlockValues) * kQ8BlockBytes;
+    std::uint16_t h;
+    std::memcpy(&h, block, 2);
+    const __m128i q =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + k % kQ8BlockValues));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(_cvtsh_ss(h)));
+  }
+};
 
 // The width-specific part of the blocked kernel (see attention_blocked.h).
 struct Lanes16 {
   static constexpr int kLanes = 16;
 
-  // 16 rows of D keys from `block` (row stride D), transposed: kt[k * 16 + i] = block[i][k].
-  template <int D>
-  static void transpose_block(const float* block, bool prefetch, float* kt) {
+  // 16 rows of D keys from `block` (row stride row_bytes) as float32, transposed:
+  // kt[k * 16 + i] = block[i][k]; rows from `rows` on are zeros unless Full.
+  template <int D, class R, bool Full>
+  static void transpose_block(const std::byte* block, std::size_t row_bytes, int rows, float* kt) {
     for (int c = 0; c < D; c += 16) {
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
-        if (prefetch) prefetch_ahead(block + i * D + c, kPrefetchRows * D * sizeof(float));
-        r[i] = _mm512_castps_si512(_mm512_loadu_ps(block + i * D + c));
+        const std::byte* row = block + static_cast<std::size_t>(i) * row_bytes;
+        if constexpr (Full) {
+          if ((c / 16) % R::kPrefetchEvery == 0)
+            prefetch_ahead(R::at(row, c), kPrefetchRows * row_bytes);
+          r[i] = _mm512_castps_si512(R::load16(row, c));
+        } else {
+          r[i] = i < rows ? _mm512_castps_si512(R::load16(row, c)) : _mm512_setzero_si512();
+        }
       }
       transpose16x16(r);
       for (int i = 0; i < 16; ++i) _mm512_store_si512(kt + (c + i) * 16, r[i]);
@@ -95,9 +159,9 @@ void softmax_rows_avx512(float* probs, int G, int n) {
 
 // out[g] += sum_{j in [j0, j1)} probs[g][j] * values[j], for heads g0 .. g0 + GB; NV = d / 16
 // vectors per row.
-template <int NV, int GB>
-void output_chunk(const float* probs, int n, int g0, const float* values, int j0, int j1,
-                  float* out) {
+template <class R, int NV, int GB>
+void output_chunk(const float* probs, int n, int g0, const std::byte* values, std::size_t row_bytes,
+                  int j0, int j1, float* out) {
   constexpr int d = NV * 16;
   __m512 acc[GB][NV];
   const float* p[GB];
@@ -106,11 +170,11 @@ void output_chunk(const float* probs, int n, int g0, const float* values, int j0
     p[g] = probs + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(n);
   }
   for (int j = j0; j < j1; ++j) {
-    const float* vj = values + static_cast<std::size_t>(j) * d;
+    const std::byte* vj = values + static_cast<std::size_t>(j) * row_bytes;
     __m512 v[NV];
     for (int c = 0; c < NV; ++c) {
-      prefetch_ahead(vj + c * 16, kPrefetchRows * d * sizeof(float));
-      v[c] = _mm512_loadu_ps(vj + c * 16);
+      if (c % R::kPrefetchEvery == 0) prefetch_ahead(R::at(vj, c * 16), kPrefetchRows * row_bytes);
+      v[c] = R::load16(vj, c * 16);
     }
     for (int g = 0; g < GB; ++g) {
       const __m512 pj = _mm512_set1_ps(p[g][j]);
@@ -122,45 +186,105 @@ void output_chunk(const float* probs, int n, int g0, const float* values, int j0
 }
 
 // output_chunk for gb <= GB heads.
-template <int NV, int GB>
-void output_group(int gb, const float* probs, int n, int g0, const float* values, int j0, int j1,
-                  float* out) {
+template <class R, int NV, int GB>
+void output_group(int gb, const float* probs, int n, int g0, const std::byte* values,
+                  std::size_t row_bytes, int j0, int j1, float* out) {
   if constexpr (GB > 1) {
-    if (gb < GB) return output_group<NV, GB - 1>(gb, probs, n, g0, values, j0, j1, out);
+    if (gb < GB)
+      return output_group<R, NV, GB - 1>(gb, probs, n, g0, values, row_bytes, j0, j1, out);
   }
-  output_chunk<NV, GB>(probs, n, g0, values, j0, j1, out);
+  output_chunk<R, NV, GB>(probs, n, g0, values, row_bytes, j0, j1, out);
 }
 
 // Heads in groups of GB: GB * NV accumulators and NV value vectors fit the 32 vector registers.
-template <int NV>
-void output(const float* probs, int G, int n, const float* values, float* out) {
+template <class R, int NV>
+void output(const float* probs, int G, int n, const std::byte* values, std::size_t row_bytes,
+            float* out) {
   constexpr int GB = 16 / NV;
   for (int k = 0; k < G * NV * 16; ++k) out[k] = 0.0f;
   for (int j0 = 0; j0 < n; j0 += kPvChunk) {
     const int j1 = n - j0 < kPvChunk ? n : j0 + kPvChunk;
     for (int g0 = 0; g0 < G; g0 += GB)
-      output_group<NV, GB>(G - g0 < GB ? G - g0 : GB, probs, n, g0, values, j0, j1, out);
+      output_group<R, NV, GB>(G - g0 < GB ? G - g0 : GB, probs, n, g0, values, row_bytes, j0, j1,
+                              out);
+  }
+}
+
+// Cache rows of dtype T to float32, 16 values at a time (d a multiple of 16; else the portable
+// conversion).
+template <KvDtype T>
+void decode_rows(const void* rows, std::size_t n, int d, float* out) {
+  if (d % 16 != 0) {
+    kv_decode_rows_reference(T, static_cast<const std::byte*>(rows), n, d, out);
+    return;
+  }
+  const std::size_t row_bytes = kv_row_bytes(T, d);
+  const auto* base = static_cast<const std::byte*>(rows);
+  for (std::size_t j = 0; j < n; ++j)
+    for (int k = 0; k < d; k += 16)
+      _mm512_storeu_ps(out + j * static_cast<std::size_t>(d) + static_cast<std::size_t>(k),
+                       Row<T>::load16(base + j * row_bytes, k));
+}
+
+void kv_decode_avx512(KvDtype dtype, const void* rows, std::size_t n, int d, float* out) {
+  switch (dtype) {
+    case KvDtype::f32:
+      return decode_rows<KvDtype::f32>(rows, n, d, out);
+    case KvDtype::bf16:
+      return decode_rows<KvDtype::bf16>(rows, n, d, out);
+    case KvDtype::f16:
+      return decode_rows<KvDtype::f16>(rows, n, d, out);
+    case KvDtype::q8_0:
+      return decode_rows<KvDtype::q8_0>(rows, n, d, out);
+  }
+}
+
+template <KvDtype T>
+void attention_typed(const float* q, int G, int d, const void* keys_v, const void* values_v, int n,
+                     float scale, float* out, float* probs) {
+  const auto* keys = static_cast<const std::byte*>(keys_v);
+  const auto* values = static_cast<const std::byte*>(values_v);
+  if (d != 64 && d != 128) {
+    if constexpr (T == KvDtype::f32) {
+      attention_impl(q, G, d, static_cast<const float*>(keys_v),
+                     static_cast<const float*>(values_v), n, scale, out, probs);
+    } else {
+      attention_decoded(&kv_decode_avx512, T, q, G, d, keys_v, values_v, n, scale, out, probs);
+    }
+    return;
+  }
+  const std::size_t row_bytes = kv_row_bytes(T, d);
+  if (d == 64) {
+    scores<Lanes16, Row<T>, 64>(q, G, keys, row_bytes, n, scale, probs);
+  } else {
+    scores<Lanes16, Row<T>, 128>(q, G, keys, row_bytes, n, scale, probs);
+  }
+  softmax_rows_avx512(probs, G, n);
+  if (d == 64) {
+    output<Row<T>, 4>(probs, G, n, values, row_bytes, out);
+  } else {
+    output<Row<T>, 8>(probs, G, n, values, row_bytes, out);
   }
 }
 
 }  // namespace
 
-void attention_avx512(const float* q, int G, int d, const float* keys, const float* values, int n,
-                      float scale, float* out, float* probs) {
-  if (d == 64) {
-    scores<Lanes16, 64>(q, G, keys, n, scale, probs);
-  } else if (d == 128) {
-    scores<Lanes16, 128>(q, G, keys, n, scale, probs);
-  } else {
-    attention_impl(q, G, d, keys, values, n, scale, out, probs);
-    return;
+AttentionFn attention_avx512_for(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::f32:
+      return &attention_typed<KvDtype::f32>;
+    case KvDtype::bf16:
+      return &attention_typed<KvDtype::bf16>;
+    case KvDtype::f16:
+      return &attention_typed<KvDtype::f16>;
+    case KvDtype::q8_0:
+      return &attention_typed<KvDtype::q8_0>;
   }
-  softmax_rows_avx512(probs, G, n);
-  if (d == 64) {
-    output<4>(probs, G, n, values, out);
-  } else {
-    output<8>(probs, G, n, values, out);
-  }
+  return &attention_typed<KvDtype::f32>;
+}
+
+KvDecodeFn kv_decode_avx512_fn() {
+  return &kv_decode_avx512;
 }
 
 void vec_exp_avx512(float* x, int n) {

@@ -4,8 +4,11 @@
 //
 // Kernel (one per instruction set) provides
 //   static constexpr int kLanes;                       keys per block = floats per vector
-//   template <int D> static void transpose_block(const float* block, bool prefetch, float* kt);
-//     kLanes rows of D keys (row stride D) -> kt[k * kLanes + i] = block[i][k]
+//   template <int D, class Row, bool Full> static void transpose_block(const std::byte* block,
+//                                                  std::size_t row_bytes, int rows, float* kt);
+//     kLanes rows of D keys of the cache dtype read by Row (row stride row_bytes), as float32 and
+//     transposed: kt[k * kLanes + i] = block[i][k]; rows >= `rows` read as zeros (the last,
+//     partial block: Full is false)
 //   template <int D, int GB> static void scores_block(const float* q, int g0, const float* kt,
 //                                                     int n, int j0, int rows, float scale,
 //                                                     float* probs);
@@ -36,20 +39,19 @@ void scores_group(int gb, const float* q, int g0, const float* kt, int n, int j0
 }
 
 // probs[g][j] = scale * q[g] . keys[j] for g < G, j < n: each block of kLanes keys is read from
-// memory once, transposed, and reused from L1 by every head.
-template <class Kernel, int D>
-void scores(const float* q, int G, const float* keys, int n, float scale, float* probs) {
+// memory once, converted to float32, transposed, and reused from L1 by every head.
+template <class Kernel, class Row, int D>
+void scores(const float* q, int G, const std::byte* keys, std::size_t row_bytes, int n, float scale,
+            float* probs) {
   constexpr int L = Kernel::kLanes;
   alignas(64) float kt[D * L];
-  alignas(64) float tail[L * D];
   for (int j0 = 0; j0 < n; j0 += L) {
     const int rows = n - j0 < L ? n - j0 : L;
-    const float* block = keys + static_cast<std::size_t>(j0) * D;
+    const std::byte* block = keys + static_cast<std::size_t>(j0) * row_bytes;
     if (rows == L) {
-      Kernel::template transpose_block<D>(block, true, kt);
+      Kernel::template transpose_block<D, Row, true>(block, row_bytes, rows, kt);
     } else {  // the last, partial block: zero rows after the cache's end
-      for (int k = 0; k < L * D; ++k) tail[k] = k < rows * D ? block[k] : 0.0f;
-      Kernel::template transpose_block<D>(tail, false, kt);
+      Kernel::template transpose_block<D, Row, false>(block, row_bytes, rows, kt);
     }
     for (int g0 = 0; g0 < G; g0 += kGroup)
       scores_group<Kernel, D, kGroup>(G - g0 < kGroup ? G - g0 : kGroup, q, g0, kt, n, j0, rows,

@@ -3,35 +3,63 @@
 
 namespace rkv::kernels {
 
-void attention_reference(const float*, int, int, const float*, const float*, int, float, float*,
-                         float*);
-void attention_avx2(const float*, int, int, const float*, const float*, int, float, float*, float*);
-void attention_avx512(const float*, int, int, const float*, const float*, int, float, float*,
-                      float*);
+AttentionFn attention_reference_for(KvDtype dtype);
+void kv_decode_reference(KvDtype dtype, const void* rows, std::size_t n, int d, float* out);
 void vec_exp_reference(float*, int);
+#if defined(__x86_64__)
+AttentionFn attention_avx2_for(KvDtype dtype);
+AttentionFn attention_avx512_for(KvDtype dtype);
+KvDecodeFn kv_decode_avx2_fn();
+KvDecodeFn kv_decode_avx512_fn();
 void vec_exp_avx2(float*, int);
 void vec_exp_avx512(float*, int);
+#endif
 
-AttentionFn attention_for(Isa isa) {
+AttentionFn attention_for(Isa isa, KvDtype dtype) {
+#if defined(__x86_64__)
   switch (isa) {
     case Isa::Avx512:
     case Isa::Avx512Bf16:
-      return &attention_avx512;
+      return attention_avx512_for(dtype);
     case Isa::Avx2:
-      return &attention_avx2;
+      return attention_avx2_for(dtype);
     case Isa::Reference:
       break;
   }
-  return &attention_reference;
+#endif
+  return attention_reference_for(dtype);
 }
 
-AttentionFn attention_fn() {
-  static const AttentionFn fn = attention_for(active_isa());
-  return fn;
+AttentionFn attention_fn(KvDtype dtype) {
+  static const AttentionFn fns[] = {
+      attention_for(active_isa(), KvDtype::f32), attention_for(active_isa(), KvDtype::bf16),
+      attention_for(active_isa(), KvDtype::f16), attention_for(active_isa(), KvDtype::q8_0)};
+  return fns[static_cast<int>(dtype)];
+}
+
+KvDecodeFn kv_decode_for(Isa isa) {
+#if defined(__x86_64__)
+  switch (isa) {
+    case Isa::Avx512:
+    case Isa::Avx512Bf16:
+      return kv_decode_avx512_fn();
+    case Isa::Avx2:
+      return kv_decode_avx2_fn();
+    case Isa::Reference:
+      break;
+  }
+#endif
+  return &kv_decode_reference;
+}
+
+void kv_to_f32(KvDtype dtype, const void* rows, std::size_t n, int d, float* out) {
+  static const KvDecodeFn fn = kv_decode_for(active_isa());
+  fn(dtype, rows, n, d, out);
 }
 
 void vec_exp(float* x, int n) {
   static const auto fn = [] {
+#if defined(__x86_64__)
     switch (active_isa()) {
       case Isa::Avx512:
       case Isa::Avx512Bf16:
@@ -41,6 +69,7 @@ void vec_exp(float* x, int n) {
       case Isa::Reference:
         break;
     }
+#endif
     return &vec_exp_reference;
   }();
   fn(x, n);

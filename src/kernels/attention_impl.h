@@ -7,9 +7,13 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
+
+#include "rkv/kv_dtype.h"
 
 namespace rkv::kernels {
 namespace {
@@ -87,6 +91,20 @@ inline void attention_impl(const float* q, int G, int d, const float* keys, cons
       for (int k = 0; k < d; ++k) o[k] += pj * vj[k];
     }
   }
+}
+
+// attention_impl on a cache stored in another dtype: its n rows of keys and values are converted
+// to float32 first (by `decode`, the instruction set's kv_decode), into per-thread scratch.
+template <class Decode>
+void attention_decoded(Decode decode, KvDtype dtype, const float* q, int G, int d, const void* keys,
+                       const void* values, int n, float scale, float* out, float* probs) {
+  thread_local std::vector<float> kf, vf;
+  const std::size_t size = static_cast<std::size_t>(n) * static_cast<std::size_t>(d);
+  kf.resize(size);
+  vf.resize(size);
+  decode(dtype, keys, static_cast<std::size_t>(n), d, kf.data());
+  decode(dtype, values, static_cast<std::size_t>(n), d, vf.data());
+  attention_impl(q, G, d, kf.data(), vf.data(), n, scale, out, probs);
 }
 
 }  // namespace

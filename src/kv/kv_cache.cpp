@@ -5,6 +5,8 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/attention.h"
+#include "kv/kv_codec.h"
 
 namespace rkv {
 
@@ -12,10 +14,11 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
   if (shape.layers <= 0 || shape.kv_heads <= 0 || shape.head_dim <= 0 || shape.capacity <= 0 ||
       shape.window < 0 || shape.q_heads <= 0)
     throw Error("invalid KV cache shape");
+  row_bytes_ = kv_row_bytes(shape.dtype, shape.head_dim);
   const std::size_t entries =
       static_cast<std::size_t>(shape.layers) * shape.kv_heads * shape.capacity;
-  keys_.resize(entries * shape.head_dim);
-  values_.resize(entries * shape.head_dim);
+  keys_.resize(entries * row_bytes_);
+  values_.resize(entries * row_bytes_);
   positions_.resize(entries);
   state_.resize(entries);
   lengths_.assign(static_cast<std::size_t>(shape.layers), 0);
@@ -30,12 +33,13 @@ void KvCache::append(int layer, const float* k, const float* v, std::int32_t pos
   if (len >= shape_.capacity)
     throw Error("KV cache is full (" + std::to_string(shape_.capacity) +
                 " entries per head): raise the context size or use a compression method");
-  const std::size_t d = stride();
+  const std::size_t d = static_cast<std::size_t>(shape_.head_dim);
   for (int h = 0; h < shape_.kv_heads; ++h) {
-    std::memcpy(keys(layer, h) + static_cast<std::size_t>(len) * d, k + h * d, d * sizeof(float));
-    std::memcpy(values(layer, h) + static_cast<std::size_t>(len) * d, v + h * d, d * sizeof(float));
-    positions(layer, h)[len] = position;
-    state(layer, h)[len] = initial_state_;
+    const std::size_t at = offset(layer, h) + static_cast<std::size_t>(len);
+    kv_encode_row(shape_.dtype, k + h * d, shape_.head_dim, keys_.data() + at * row_bytes_);
+    kv_encode_row(shape_.dtype, v + h * d, shape_.head_dim, values_.data() + at * row_bytes_);
+    positions_[at] = position;
+    state_[at] = initial_state_;
   }
   ++len;
 }
@@ -46,22 +50,22 @@ void KvCache::compact(int layer, const std::vector<std::vector<std::int32_t>>& k
     throw Error("compaction: expected one kept list per KV head");
   const int len = length(layer);
   const std::size_t n_keep = kept[0].size();
-  const std::size_t d = stride();
+  const std::size_t rb = row_bytes_;
   for (int h = 0; h < shape_.kv_heads; ++h) {
     const auto& idx = kept[static_cast<std::size_t>(h)];
     if (idx.size() != n_keep) throw Error("compaction: every KV head must keep the same count");
-    float* K = keys(layer, h);
-    float* V = values(layer, h);
-    std::int32_t* P = positions(layer, h);
-    float* S = state(layer, h);
+    std::byte* K = keys_.data() + offset(layer, h) * rb;
+    std::byte* V = values_.data() + offset(layer, h) * rb;
+    std::int32_t* P = positions_.data() + offset(layer, h);
+    float* S = state_.data() + offset(layer, h);
     // Ascending indices let us move entries down in place: destination i <= source idx[i].
     for (std::size_t i = 0; i < n_keep; ++i) {
       const std::int32_t src = idx[i];
       if (src < 0 || src >= len || (i > 0 && src <= idx[i - 1]))
         throw Error("compaction: kept indices must be ascending and inside the cache");
       if (static_cast<std::size_t>(src) != i) {
-        std::memcpy(K + i * d, K + static_cast<std::size_t>(src) * d, d * sizeof(float));
-        std::memcpy(V + i * d, V + static_cast<std::size_t>(src) * d, d * sizeof(float));
+        std::memcpy(K + i * rb, K + static_cast<std::size_t>(src) * rb, rb);
+        std::memcpy(V + i * rb, V + static_cast<std::size_t>(src) * rb, rb);
         P[i] = P[src];
         S[i] = S[src];
       }
@@ -88,7 +92,7 @@ void KvCache::push_query(int layer, const float* q) {
 void KvCache::window_queries(int layer, std::vector<float>& out) const {
   const std::size_t l = static_cast<std::size_t>(layer);
   const int count = ring_count_[l];
-  const std::size_t d = stride();
+  const std::size_t d = static_cast<std::size_t>(shape_.head_dim);
   const std::size_t per = static_cast<std::size_t>(shape_.q_heads) * d;
   out.resize(static_cast<std::size_t>(count) * per);
   const int oldest = (ring_next_[l] - count + shape_.window) % std::max(1, shape_.window);
@@ -107,14 +111,34 @@ void KvCache::clear() {
 }
 
 std::size_t KvCache::kv_bytes_for(const KvCacheShape& shape) {
-  return 2 * static_cast<std::size_t>(shape.layers) * shape.kv_heads * shape.capacity *
-         shape.head_dim * sizeof(float);
+  return 2 * static_cast<std::size_t>(shape.layers) * static_cast<std::size_t>(shape.kv_heads) *
+         static_cast<std::size_t>(shape.capacity) * kv_row_bytes(shape.dtype, shape.head_dim);
+}
+
+KvTokenBytes KvCache::token_bytes_for(const KvCacheShape& shape) {
+  const std::size_t heads =
+      static_cast<std::size_t>(shape.layers) * static_cast<std::size_t>(shape.kv_heads);
+  KvTokenBytes b;
+  b.keys = b.values = heads * kv_row_bytes(shape.dtype, shape.head_dim);
+  b.positions = heads * sizeof(std::int32_t);
+  b.state = heads * sizeof(float);
+  return b;
+}
+
+std::size_t KvCache::ring_bytes_for(const KvCacheShape& shape) {
+  return static_cast<std::size_t>(shape.layers) * static_cast<std::size_t>(shape.window) *
+         static_cast<std::size_t>(shape.q_heads) * static_cast<std::size_t>(shape.head_dim) *
+         sizeof(float);
 }
 
 std::size_t KvCache::used_kv_bytes() const {
   std::size_t entries = 0;
   for (int len : lengths_) entries += static_cast<std::size_t>(len);
-  return entries * 2 * static_cast<std::size_t>(shape_.kv_heads) * shape_.head_dim * sizeof(float);
+  return entries * 2 * static_cast<std::size_t>(shape_.kv_heads) * row_bytes_;
+}
+
+void KvRows::to_f32(float* out) const {
+  kernels::kv_to_f32(dtype, data, static_cast<std::size_t>(n), head_dim, out);
 }
 
 }  // namespace rkv

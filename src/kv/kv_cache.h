@@ -6,13 +6,22 @@
 // layer hold the same number of entries, but after a compression each head holds its own set of
 // tokens. Keys are stored after RoPE, so eviction never re-rotates anything (ALGORITHMS.md 1.4).
 //
+// Keys and values are stored in the dtype chosen at construction (rkv/kv_dtype.h: f32, bf16,
+// f16 or q8_0), one row of head_dim values per entry. The store is sealed: readers get
+// read-only typed views (KvRows), which attention reads directly and compression converts to
+// float32 per layer; the only writers are append(), compact() and accumulator(), the per-entry
+// accumulation of H2O's attention mass.
+//
 // The query ring keeps, per layer, the post-RoPE queries of all query heads for the last
-// `window` tokens: the observation window that compression scores with (ALGORITHMS.md 1).
+// `window` tokens: the observation window that compression scores with (ALGORITHMS.md 1). It is
+// float32 whatever the dtype.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "rkv/kv_dtype.h"
 
 namespace rkv {
 
@@ -21,37 +30,61 @@ struct KvCacheShape {
   int kv_heads = 0;
   int q_heads = 0;
   int head_dim = 0;
-  int capacity = 0;  // entries per (layer, KV head)
-  int window = 0;    // queries kept per layer in the query ring (0: none)
+  int capacity = 0;              // entries per (layer, KV head)
+  int window = 0;                // queries kept per layer in the query ring (0: none)
+  KvDtype dtype = KvDtype::f32;  // element type of keys and values
+};
+
+// Read-only rows of keys (or values) of one (layer, KV head): row j, j < n, holds head_dim
+// values of `dtype` at data + j * row_bytes.
+struct KvRows {
+  const std::byte* data = nullptr;
+  KvDtype dtype = KvDtype::f32;
+  int head_dim = 0;
+  std::size_t row_bytes = 0;
+  int n = 0;
+
+  const std::byte* row(int j) const { return data + static_cast<std::size_t>(j) * row_bytes; }
+  // The rows as float32 when that is how they are stored, else nullptr.
+  const float* f32() const {
+    return dtype == KvDtype::f32 ? reinterpret_cast<const float*>(data) : nullptr;
+  }
+  // Converts the n rows to float32: out[n][head_dim].
+  void to_f32(float* out) const;
+};
+
+// Bytes one cached token takes in a sequence's slot, summed over layers and KV heads.
+struct KvTokenBytes {
+  std::size_t keys = 0, values = 0;  // in the stored dtype (q8_0: scales included)
+  std::size_t positions = 0;         // int32 each
+  std::size_t state = 0;             // float32 per-entry policy state each
+  std::size_t total() const { return keys + values + positions + state; }
 };
 
 class KvCache {
  public:
+  // Throws rkv::Error for an invalid shape, or a dtype that cannot hold its head size.
   explicit KvCache(const KvCacheShape& shape);
 
   const KvCacheShape& shape() const { return shape_; }
+  KvDtype dtype() const { return shape_.dtype; }
   int length(int layer) const { return lengths_[static_cast<std::size_t>(layer)]; }
   int capacity() const { return shape_.capacity; }
 
-  // [length][head_dim] arrays of one (layer, KV head).
-  float* keys(int layer, int head) { return keys_.data() + offset(layer, head) * stride(); }
-  const float* keys(int layer, int head) const {
-    return keys_.data() + offset(layer, head) * stride();
-  }
-  float* values(int layer, int head) { return values_.data() + offset(layer, head) * stride(); }
-  const float* values(int layer, int head) const {
-    return values_.data() + offset(layer, head) * stride();
-  }
+  // The length(layer) rows of keys / values of one (layer, KV head).
+  KvRows keys(int layer, int head) const { return rows(keys_, layer, head); }
+  KvRows values(int layer, int head) const { return rows(values_, layer, head); }
   // [length] original positions and per-entry policy state of one (layer, KV head).
-  std::int32_t* positions(int layer, int head) { return positions_.data() + offset(layer, head); }
   const std::int32_t* positions(int layer, int head) const {
     return positions_.data() + offset(layer, head);
   }
-  float* state(int layer, int head) { return state_.data() + offset(layer, head); }
   const float* state(int layer, int head) const { return state_.data() + offset(layer, head); }
+  // The same state, writable: for the per-step accumulation (H2O) only.
+  float* accumulator(int layer, int head) { return state_.data() + offset(layer, head); }
 
-  // Appends one token to every KV head of `layer`: k and v are [kv_heads][head_dim]. Its policy
-  // state starts at initial_state(). Throws rkv::Error when the layer is full.
+  // Appends one token to every KV head of `layer`: k and v are [kv_heads][head_dim] float32,
+  // stored in the cache's dtype. Its policy state starts at initial_state(). Throws rkv::Error
+  // when the layer is full.
   void append(int layer, const float* k, const float* v, std::int32_t position);
 
   // The policy state of a new entry (0 for accumulators, kNoState for G-KV's "no score yet").
@@ -60,7 +93,8 @@ class KvCache {
 
   // The single place that moves cache memory after a compression (plan, then apply): keeps, for
   // every KV head of `layer`, the entries kept[h] (ascending indices, the same count for every
-  // head) and, when new_state is not empty, sets their state to new_state[h].
+  // head) and, when new_state is not empty, sets their state to new_state[h]. Rows move as
+  // stored (no conversion).
   void compact(int layer, const std::vector<std::vector<std::int32_t>>& kept,
                const std::vector<std::vector<float>>& new_state);
 
@@ -73,20 +107,31 @@ class KvCache {
   void clear();
   // Bytes of the key/value arrays at full capacity (what the sequence holds).
   std::size_t allocated_kv_bytes() const { return kv_bytes_for(shape_); }
-  // The same for any shape, without allocating: 2 * layers * kv_heads * capacity * head_dim * 4.
+  // The same for any shape, without allocating: 2 * layers * kv_heads * capacity * row bytes,
+  // where a row of head_dim values takes 4 * head_dim bytes in f32, 2 * head_dim in bf16 and
+  // f16, and 34 * head_dim / 32 in q8_0. Throws rkv::Error where the dtype cannot hold the
+  // head size. What admission (--kv-memory) reserves per sequence.
   static std::size_t kv_bytes_for(const KvCacheShape& shape);
+  // Bytes of one cached token in a slot: keys, values, positions and policy state.
+  static KvTokenBytes token_bytes_for(const KvCacheShape& shape);
+  // Bytes of the query ring (float32 queries of every query head, `window` per layer).
+  static std::size_t ring_bytes_for(const KvCacheShape& shape);
   // Bytes of keys and values actually in use now, summed over layers.
   std::size_t used_kv_bytes() const;
 
  private:
-  std::size_t stride() const { return static_cast<std::size_t>(shape_.head_dim); }
   std::size_t offset(int layer, int head) const {
     return (static_cast<std::size_t>(layer) * shape_.kv_heads + head) * shape_.capacity;
   }
+  KvRows rows(const std::vector<std::byte>& store, int layer, int head) const {
+    return {store.data() + offset(layer, head) * row_bytes_, shape_.dtype, shape_.head_dim,
+            row_bytes_, length(layer)};
+  }
 
   KvCacheShape shape_;
-  std::vector<float> keys_;              // [layers][kv_heads][capacity][head_dim]
-  std::vector<float> values_;            // [layers][kv_heads][capacity][head_dim]
+  std::size_t row_bytes_ = 0;            // bytes of one key (or value) row
+  std::vector<std::byte> keys_;          // [layers][kv_heads][capacity] rows
+  std::vector<std::byte> values_;        // [layers][kv_heads][capacity] rows
   std::vector<std::int32_t> positions_;  // [layers][kv_heads][capacity]
   std::vector<float> state_;             // [layers][kv_heads][capacity]
   std::vector<int> lengths_;             // [layers]

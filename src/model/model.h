@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -79,8 +80,13 @@ class Model {
   void forward(std::span<const ForwardRow> rows, ForwardScratch& scratch, ThreadPool& pool,
                float* logits, ForwardObserver* observer = nullptr) const;
 
-  // A cache shaped for this model.
-  KvCacheShape cache_shape(int capacity, int window) const;
+  // The KV cache dtype used when none is given: bf16 for a checkpoint whose attention weights
+  // are bf16 or f16, f32 for an f32 one (whose results it leaves exactly as they were).
+  KvDtype default_kv_dtype() const;
+  // A cache shaped for this model, storing keys and values in `dtype` (default_kv_dtype() when
+  // none is given).
+  KvCacheShape cache_shape(int capacity, int window,
+                           std::optional<KvDtype> dtype = std::nullopt) const;
 
  private:
   Model() = default;

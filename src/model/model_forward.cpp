@@ -104,7 +104,6 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
 
   // Where each row's own entry lands in its cache, and how many entries it may attend to.
   std::vector<int> visible(T);
-  const kernels::AttentionFn attention = kernels::attention_fn();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const bool want_probs = observer != nullptr && observer->wants_attention_probs();
 
@@ -148,9 +147,12 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
       const int n = visible[r];
       thread_local std::vector<float> probs;
       probs.resize(static_cast<std::size_t>(G) * static_cast<std::size_t>(n));
-      attention(s.q.data() + r * QD + static_cast<std::size_t>(h) * G * D, G, D,
-                rows[r].cache->keys(l, h), rows[r].cache->values(l, h), n, scale,
-                s.attn.data() + r * QD + static_cast<std::size_t>(h) * G * D, probs.data());
+      // Each cache stores its own dtype; the kernel reads it directly.
+      const KvCache& cache = *rows[r].cache;
+      kernels::attention_fn(cache.dtype())(
+          s.q.data() + r * QD + static_cast<std::size_t>(h) * G * D, G, D, cache.keys(l, h).data,
+          cache.values(l, h).data, n, scale,
+          s.attn.data() + r * QD + static_cast<std::size_t>(h) * G * D, probs.data());
       if (want_probs) observer->attention_probs(l, rows, r, h, probs.data(), G, n);
     };
     if (!want_probs) {

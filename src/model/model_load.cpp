@@ -118,10 +118,18 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
   return m;
 }
 
-KvCacheShape Model::cache_shape(int capacity, int window) const {
-  return {config_.num_layers, config_.num_kv_heads,
-          config_.num_heads,  config_.head_dim,
-          capacity,           window};
+KvDtype Model::default_kv_dtype() const {
+  return layers_.empty() || layers_.front().k.dtype == DType::F32 ? KvDtype::f32 : KvDtype::bf16;
+}
+
+KvCacheShape Model::cache_shape(int capacity, int window, std::optional<KvDtype> dtype) const {
+  return {config_.num_layers,
+          config_.num_kv_heads,
+          config_.num_heads,
+          config_.head_dim,
+          capacity,
+          window,
+          dtype.value_or(default_kv_dtype())};
 }
 
 }  // namespace rkv

@@ -93,7 +93,7 @@ CompressionParams parse_kv_object(const json& kv, const CompressionParams& defau
       if (m != defaults.method) p = CompressionParams::defaults(m);
     }
     for (const auto& [name, value] : kv.items()) {
-      if (name == "method") continue;
+      if (name == "method" || name == "dtype") continue;  // dtype: parse_kv_dtype_field
       const bool known =
           std::any_of(compression_param_table().begin(), compression_param_table().end(),
                       // An init-capture: clang before 16 cannot capture a structured binding.
@@ -130,6 +130,18 @@ CompressionParams parse_kv_object(const json& kv, const CompressionParams& defau
     throw ApiError(400, std::string("kv: ") + e.what(), "kv");
   }
   return p;
+}
+
+std::optional<KvDtype> parse_kv_dtype_field(const json& kv) {
+  if (!kv.is_object()) return std::nullopt;
+  const auto it = kv.find("dtype");
+  if (it == kv.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) bad("kv.dtype", "'kv.dtype' must be a string: f32, bf16, f16 or q8_0");
+  try {
+    return parse_kv_dtype(it->get<std::string>());
+  } catch (const Error& e) {
+    throw ApiError(400, std::string("kv: ") + e.what(), "kv.dtype");
+  }
 }
 
 ParsedRequest parse_completion_request(const std::string& body, bool chat,
@@ -276,7 +288,10 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
     }
   }
   r.compression = defaults.compression;
-  if (const json* kv = field(j, "kv")) r.compression = parse_kv_object(*kv, defaults.compression);
+  if (const json* kv = field(j, "kv")) {
+    r.compression = parse_kv_object(*kv, defaults.compression);
+    r.kv_dtype = parse_kv_dtype_field(*kv);
+  }
   r.steering = defaults.steering;
   try {
     r.sampling.validate();
@@ -289,7 +304,7 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
 json kv_report(const std::vector<Completion>& choices) {
   if (choices.empty()) return json::object();
   const CompressionParams& p = choices.front().compression;
-  json kv = {{"method", method_name(p.method)}};
+  json kv = {{"method", method_name(p.method)}, {"dtype", kv_dtype_name(choices.front().kv_dtype)}};
   if (p.method != Method::fullkv) {
     kv["budget"] = p.budget;
     kv["buffer"] = p.buffer;

@@ -60,6 +60,9 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
 // "kv": {"method": "rkv", "budget": 512, ...}: every --kv-* setting by its table name.
 CompressionParams parse_kv_object(const nlohmann::json& kv, const CompressionParams& defaults);
 
+// "kv": {"dtype": "bf16"}: the KV cache dtype a request asks for (none: the server's default).
+std::optional<KvDtype> parse_kv_dtype_field(const nlohmann::json& kv);
+
 // What the response reports of one choice's KV cache.
 nlohmann::json kv_report(const std::vector<Completion>& choices);
 

@@ -61,10 +61,18 @@ void run(const Args& a) {
   auto model = Model::load(a.model);
   const ModelConfig& c = model->config();
   ThreadPool pool(a.threads);
+  const KvDtype kv_dtype = a.kv->kv_dtype().value_or(model->default_kv_dtype());
+  const KvCacheShape token_shape = model->cache_shape(1, 0, kv_dtype);
+  const KvTokenBytes per_token = KvCache::token_bytes_for(token_shape);
   std::fprintf(stderr, "bench: %s (%s, %d layers), %d threads, kernels %s, KV cap %s\n",
                a.model.c_str(), c.architecture_name.c_str(), c.num_layers, a.threads,
                std::string(kernels::isa_name(kernels::active_isa())).c_str(),
                cap ? format_bytes(static_cast<double>(cap)).c_str() : "none");
+  std::fprintf(stderr,
+               "bench: KV cache %s: %zu bytes per cached token (keys %zu, values %zu, positions "
+               "%zu, policy state %zu); the cap reserves keys and values\n",
+               std::string(kv_dtype_name(kv_dtype)).c_str(), per_token.total(), per_token.keys,
+               per_token.values, per_token.positions, per_token.state);
 
   Rng rng(2024);
   std::vector<int> prompt(static_cast<std::size_t>(a.prompt_len));
@@ -80,6 +88,7 @@ void run(const Args& a) {
     kv.values["method"] = method;
     if (method != "fullkv") kv.values["budget"] = std::to_string(budget);
     r.compression = kv.params();
+    r.kv_dtype = kv_dtype;
     return r;
   };
 
@@ -102,10 +111,13 @@ void run(const Args& a) {
   // What must match for a journaled measurement to stand for this run's.
   json kv_settings = json::object();
   for (const auto& [name, value] : a.kv->values) kv_settings[name] = value;
-  const json config = {
-      {"model", a.model},     {"prompt_len", a.prompt_len},
-      {"threads", a.threads}, {"kv_memory_bytes", cap},
-      {"kv", kv_settings},    {"kernels", std::string(kernels::isa_name(kernels::active_isa()))}};
+  const json config = {{"model", a.model},
+                       {"prompt_len", a.prompt_len},
+                       {"threads", a.threads},
+                       {"kv_memory_bytes", cap},
+                       {"kv", kv_settings},
+                       {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
+                       {"kv_dtype", std::string(kv_dtype_name(kv_dtype))}};
   auto journaled = [&](const json& key) -> const json* {
     for (const json& r : previous)
       if (r.value("config", json()) == config && r.value("key", json()) == key) return &r;
@@ -205,6 +217,8 @@ void run(const Args& a) {
               {"budget_label", b.label},
               {"batch", batch},
               {"kv_bytes_per_sequence", slot},
+              {"kv_dtype", std::string(kv_dtype_name(kv_dtype))},
+              {"kv_bytes_per_token", per_token.total()},
               {"memory_saving_pct", saving},
               {"throughput_tok_s", throughput},
               {"tokens", produced},
@@ -272,6 +286,13 @@ void run(const Args& a) {
                           {"threads", a.threads},
                           {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
                           {"kv_memory_bytes", cap},
+                          {"kv_dtype", std::string(kv_dtype_name(kv_dtype))},
+                          {"kv_bytes_per_token",
+                           {{"keys", per_token.keys},
+                            {"values", per_token.values},
+                            {"positions", per_token.positions},
+                            {"state", per_token.state},
+                            {"total", per_token.total()}}},
                           {"rows", rows},
                           {"latency", latency}};
     write_file_atomic(a.json_out, out.dump(2) + "\n");

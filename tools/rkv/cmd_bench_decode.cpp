@@ -53,11 +53,14 @@ void setup(CLI::App& app) {
   add_kv_options(app, args->kv);
   app.callback([args] {
     const CompressionParams kv_params = args->kv->params();
+    const std::optional<KvDtype> kv_dtype_flag = args->kv->kv_dtype();
     const std::vector<int> depths = parse_int_list(args->depths, "--depths");
     for (int d : depths)
       if (d < 0) throw Error("--depths: depths must be >= 0");
     auto model = Model::load(args->model);
     const ModelConfig& c = model->config();
+    const KvDtype kv_dtype = kv_dtype_flag.value_or(model->default_kv_dtype());
+    const KvTokenBytes per_token = KvCache::token_bytes_for(model->cache_shape(1, 0, kv_dtype));
     ThreadPool pool(args->threads);
     ForwardScratch scratch;
     Rng rng(1234);
@@ -71,6 +74,11 @@ void setup(CLI::App& app) {
                  args->threads, std::string(kernels::isa_name(kernels::active_isa())).c_str());
     nlohmann::json results = nlohmann::json::array();
     std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
+    std::printf(
+        "KV cache %s: %zu bytes per cached token (keys %zu, values %zu, positions %zu, policy "
+        "state %zu)\n\n",
+        std::string(kv_dtype_name(kv_dtype)).c_str(), per_token.total(), per_token.keys,
+        per_token.values, per_token.positions, per_token.state);
     std::printf("| test | depth | tokens | seconds | tokens/s |\n|---|---:|---:|---:|---:|\n");
     auto report = [&](const std::string& test, int depth, int tokens, double seconds) {
       std::printf("| %s | %d | %d | %.3f | %.2f |\n", test.c_str(), depth, tokens, seconds,
@@ -85,7 +93,7 @@ void setup(CLI::App& app) {
     if (args->n_prompt > 0) {
       double best = 1e30;
       for (int rep = 0; rep < args->repetitions; ++rep) {
-        KvCache cache(model->cache_shape(args->n_prompt, 0));
+        KvCache cache(model->cache_shape(args->n_prompt, 0, kv_dtype));
         const auto tokens = random_tokens(args->n_prompt);
         const double t0 = now_seconds();
         prefill(*model, cache, tokens, 0, 512, scratch, pool, logits.data());
@@ -99,8 +107,8 @@ void setup(CLI::App& app) {
       int entries = 0;
       for (int rep = 0; rep < args->repetitions; ++rep) {
         SequenceCompressor compressor(kv_params, {});
-        KvCache cache(
-            model->cache_shape(compressor.cache_capacity(depth, args->n_gen), compressor.window()));
+        KvCache cache(model->cache_shape(compressor.cache_capacity(depth, args->n_gen),
+                                         compressor.window(), kv_dtype));
         compressor.init_cache(cache);
         CompressionObserver observer(&pool);
         observer.attach(&cache, &compressor);
@@ -142,6 +150,8 @@ void setup(CLI::App& app) {
     if (!args->json_out.empty()) {
       nlohmann::json out = {{"model", args->model},
                             {"kv", nlohmann::json::parse(kv_params.to_json())},
+                            {"kv_dtype", std::string(kv_dtype_name(kv_dtype))},
+                            {"kv_bytes_per_token", per_token.total()},
                             {"threads", args->threads},
                             {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
                             {"results", results}};

@@ -61,6 +61,7 @@ void run(const Args& a) {
   else if (!dataset.prompt_template.empty())
     o.prompt_template = dataset.prompt_template;
   o.kv_memory_bytes = a.kv_memory.empty() ? 0 : parse_byte_size(a.kv_memory);
+  o.kv_dtype = a.kv->kv_dtype();
   o.max_batch = a.max_batch;
   o.out_dir = a.out;
 

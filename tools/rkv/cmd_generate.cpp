@@ -90,6 +90,7 @@ void run(const Args& a) {
   engine_options.context_size = g.ctx_size;
   engine_options.prefill_chunk = 512;
   engine_options.chat_template = g.chat_template;
+  engine_options.kv_dtype = g.kv->kv_dtype();
   Engine engine(*model, tokenizer.get(), pool, engine_options);
   const std::uint64_t seed = request.sampling.seed;
   PreparedRequest prepared = engine.prepare(std::move(request));
@@ -116,11 +117,12 @@ void run(const Args& a) {
   std::fprintf(stderr,
                "[rkv] prompt tokens: %d, generated tokens: %zu, prefill: %.2f tokens/s, decode: "
                "%.2f tokens/s, "
-               "stop: %s, KV cache: %zu bytes (%s; %d entries per head, %s, %lld compressions), "
-               "seed: %llu\n",
+               "stop: %s, KV cache: %zu bytes (%s; %s, %d entries per head, %s, %lld "
+               "compressions), seed: %llu\n",
                c.prompt_tokens, c.tokens.size(), prefill_rate, decode_rate,
                c.stop_reason == "stop" ? "stopped" : c.stop_reason.c_str(), c.kv_bytes,
-               format_bytes(static_cast<double>(c.kv_bytes)).c_str(), c.cache_capacity,
+               format_bytes(static_cast<double>(c.kv_bytes)).c_str(),
+               std::string(kv_dtype_name(c.kv_dtype)).c_str(), c.cache_capacity,
                std::string(method_name(c.compression.method)).c_str(),
                static_cast<long long>(c.compressions), static_cast<unsigned long long>(seed));
 }

@@ -5,6 +5,7 @@
 #include "command.h"
 #include "common.h"
 #include "core/error.h"
+#include "kv_options.h"
 #include "model/model.h"
 
 namespace rkv::cli {
@@ -15,6 +16,7 @@ struct Args {
   std::string ids;
   int last = 1;
   int threads = 1;
+  std::string kv_dtype;
 };
 
 void setup(CLI::App& app) {
@@ -26,6 +28,7 @@ void setup(CLI::App& app) {
       ->required();
   add_flag_option(app, "--last", args->last, "Print the logits of the last N positions")
       ->check(CLI::PositiveNumber);
+  add_kv_dtype_option(app, args->kv_dtype);
   add_threads_option(app, args->threads);
   app.callback([args] {
     const std::vector<int> ids = parse_int_list(args->ids, "--ids");
@@ -38,7 +41,9 @@ void setup(CLI::App& app) {
     if (static_cast<int>(ids.size()) > model->config().max_position_embeddings)
       throw Error(std::to_string(ids.size()) + " ids exceed the model's context of " +
                   std::to_string(model->config().max_position_embeddings));
-    KvCache cache(model->cache_shape(static_cast<int>(ids.size()), 0));
+    KvCache cache(model->cache_shape(
+        static_cast<int>(ids.size()), 0,
+        args->kv_dtype.empty() ? std::nullopt : std::optional(parse_kv_dtype(args->kv_dtype))));
     std::vector<ForwardRow> rows;
     for (std::size_t i = 0; i < ids.size(); ++i)
       rows.push_back({&cache, ids[i], static_cast<int>(i),

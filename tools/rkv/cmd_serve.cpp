@@ -60,6 +60,7 @@ void run(const Args& a) {
   engine_options.prefill_chunk = a.prefill_chunk;
   engine_options.context_size = g.ctx_size;
   engine_options.chat_template = g.chat_template;
+  engine_options.kv_dtype = g.kv->kv_dtype();
 
   // SIGINT/SIGTERM stop the server through one thread that waits for them; every other thread
   // (HTTP, engine, pool) inherits the blocked mask. A client that goes away must not kill us.
@@ -134,15 +135,18 @@ void run(const Args& a) {
   }
   running_engine.store(engine.get());
   server.set_engine(engine.get(), name, defaults);
-  std::fprintf(stderr,
-               "[serve] ready: model %s, context %d, KV cap %s, parallel %s, default method %s, "
-               "%d threads\n",
-               name.c_str(), engine->context_size(),
-               engine_options.kv_memory_bytes
-                   ? format_bytes(static_cast<double>(engine_options.kv_memory_bytes)).c_str()
-                   : "none",
-               a.parallel > 0 ? std::to_string(a.parallel).c_str() : "as the cap allows",
-               std::string(method_name(defaults.compression.method)).c_str(), a.threads);
+  std::fprintf(
+      stderr,
+      "[serve] ready: model %s, context %d, KV cap %s, KV dtype %s, parallel %s, default "
+      "method %s, %d threads\n",
+      name.c_str(), engine->context_size(),
+      engine_options.kv_memory_bytes
+          ? format_bytes(static_cast<double>(engine_options.kv_memory_bytes)).c_str()
+          : "none",
+      std::string(kv_dtype_name(engine_options.kv_dtype.value_or(model->default_kv_dtype())))
+          .c_str(),
+      a.parallel > 0 ? std::to_string(a.parallel).c_str() : "as the cap allows",
+      std::string(method_name(defaults.compression.method)).c_str(), a.threads);
   http.join();
   stopped.store(true);
   pthread_kill(waiter.native_handle(), SIGTERM);

@@ -19,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "engine/compression_vocab.h"
 #include "engine/steering.h"
+#include "kv_options.h"
 #include "model/model.h"
 #include "rkv/engine.h"
 #include "rkv/tokenizer.h"
@@ -38,6 +39,7 @@ struct Args {
   float temperature = 0.6f;
   float top_p = 0.95f;
   long long seed = 0;
+  std::string kv_dtype;
   std::string chat_template;
   std::string suffix = "\nPlease reason step by step, and put your final answer within \\boxed{}.";
   int threads = 1;
@@ -101,8 +103,10 @@ void run(const Args& a) {
   ThreadPool pool(a.threads);
   EngineOptions engine_options;
   engine_options.chat_template = a.chat_template;
+  if (!a.kv_dtype.empty()) engine_options.kv_dtype = parse_kv_dtype(a.kv_dtype);
   Engine engine(*model, &tokenizer, pool, engine_options);
-  SteeringCalibration calibration(*model, layer, model_fingerprint(model->dir(), c));
+  SteeringCalibration calibration(*model, layer, model_fingerprint(model->dir(), c),
+                                  engine_options.kv_dtype);
   std::fprintf(stderr, "[rkv] steer-calibrate: %zu prompts, layer %d of %d\n", prompts.size(),
                layer, c.num_layers);
   for (std::size_t i = 0; i < prompts.size(); ++i) {
@@ -178,6 +182,7 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--chat-template", a->chat_template,
                   "Override the chat template (default: detected from the tokenizer)");
   add_flag_option(app, "--prompt-suffix", a->suffix, "Text appended to every prompt");
+  add_kv_dtype_option(app, a->kv_dtype);
   add_threads_option(app, a->threads);
   app.callback([a] { run(*a); });
 }

@@ -12,7 +12,23 @@ CompressionParams KvOptions::params(const std::string& default_method) const {
   return p;
 }
 
+std::optional<KvDtype> KvOptions::kv_dtype() const {
+  if (dtype.empty()) return std::nullopt;
+  return parse_kv_dtype(dtype);
+}
+
+void add_kv_dtype_option(CLI::App& app, std::string& dtype) {
+  app.add_option("--kv-dtype", dtype,
+                 "element type the KV cache stores keys and values in: f32|bf16|f16|q8_0 "
+                 "(q8_0: blocks of 32 int8 with an f16 scale, head size a multiple of 32; "
+                 "default: bf16 for bf16/f16 checkpoints, f32 for f32 ones)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0"}))
+      ->envname("RKV_ARG_KV_DTYPE")
+      ->group("KV compression");
+}
+
 void add_kv_options(CLI::App& app, const std::shared_ptr<KvOptions>& options) {
+  add_kv_dtype_option(app, options->dtype);
   for (const ParamInfo& info : compression_param_table()) {
     const std::string name(info.name), flag(info.flag);
     std::string env = "RKV_ARG_" + flag.substr(2);

@@ -1,23 +1,33 @@
 // The --kv-* flags, registered from the compression parameter table (rkv/compression.h), so
-// every compression parameter has exactly one definition shared by the CLI, the server and docs.
+// every compression parameter has exactly one definition shared by the CLI, the server and docs;
+// and --kv-dtype, the element type of the cache's keys and values (rkv/kv_dtype.h).
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "rkv/compression.h"
+#include "rkv/kv_dtype.h"
 
 namespace rkv::cli {
 
 struct KvOptions {
   std::map<std::string, std::string> values;  // parameter name -> text, for the flags given
+  std::string dtype;                          // --kv-dtype as given ("": the model's default)
   // The method's preset with the given flags applied, validated (rkv::Error on bad values).
   CompressionParams params(const std::string& default_method = "fullkv") const;
+  // --kv-dtype, or nothing when not given (the engine then picks the model's default).
+  std::optional<KvDtype> kv_dtype() const;
 };
 
-// Adds --kv-method, --kv-budget, ... (each also read from RKV_ARG_KV_METHOD, ...).
+// Adds --kv-method, --kv-budget, ... (each also read from RKV_ARG_KV_METHOD, ...) and
+// --kv-dtype.
 void add_kv_options(CLI::App& app, const std::shared_ptr<KvOptions>& options);
+
+// Adds --kv-dtype alone (RKV_ARG_KV_DTYPE), into `dtype` (commands without compression flags).
+void add_kv_dtype_option(CLI::App& app, std::string& dtype);
 
 }  // namespace rkv::cli
