@@ -604,7 +604,7 @@ TEST(GgufModel, CheckpointAsGgufGivesTheSameLogits) {
     ThreadPool pool(1);
     std::vector<float> a(ids.size() * static_cast<std::size_t>(V)), b(a.size());
     for (auto* m : {reference.get(), model.get()}) {
-      KvCache cache(m->cache_shape(16, 4));
+      KvCache cache(m->cache_shape(16, 4, KvDtype::f32));
       ForwardScratch scratch;
       std::vector<ForwardRow> rows;
       for (std::size_t i = 0; i < ids.size(); ++i)
@@ -624,7 +624,7 @@ TEST(GgufModel, CheckpointAsGgufGivesTheSameLogits) {
   const int V = reference->config().vocab_size;
   std::vector<float> a(static_cast<std::size_t>(V)), b(a.size());
   for (auto* m : {reference.get(), wrong.get()}) {
-    KvCache cache(m->cache_shape(16, 4));
+    KvCache cache(m->cache_shape(16, 4, KvDtype::f32));
     ForwardScratch scratch;
     std::vector<ForwardRow> rows;
     for (std::size_t i = 0; i < ids.size(); ++i)
@@ -732,7 +732,9 @@ double run_golden(const fs::path& shared, const std::string& name) {
     EXPECT_EQ(tok.encode(prompt), prompt_ids);
     const auto expected = run["greedy_ids"].get<std::vector<int>>();
     const auto& step_logits = run["logits_first_steps"];
-    KvCache cache(model->cache_shape(128, 8));
+    // llama.cpp's goldens were made with an f32 K/V cache (the README): pin it, whatever the
+    // weights' default cache dtype is.
+    KvCache cache(model->cache_shape(128, 8, KvDtype::f32));
     ForwardScratch scratch;
     std::vector<float> logits(static_cast<std::size_t>(V));
     std::vector<ForwardRow> rows;
