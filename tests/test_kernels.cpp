@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
+#include "test_util.h"
 
 namespace rkv {
 namespace {
@@ -386,18 +387,8 @@ TEST_P(AttentionParity, AgainstDoublePrecision) {
         attention(q.data(), G, d, k.data(), v.data(), n, scale, out.data(), probs.data());
         for (int g = 0; g < G; ++g) {
           const auto Gi = static_cast<std::size_t>(g);
-          std::vector<double> p(N);
-          double mx = -1e300, sum = 0.0;
+          const std::vector<double> p = ::rkv::test::softmax_f64(&q[Gi * D], k.data(), N, D, scale);
           for (std::size_t j = 0; j < N; ++j) {
-            double dot = 0.0;
-            for (std::size_t x = 0; x < D; ++x)
-              dot += static_cast<double>(q[Gi * D + x]) * static_cast<double>(k[j * D + x]);
-            p[j] = dot * static_cast<double>(scale);
-            mx = std::max(mx, p[j]);
-          }
-          for (double& x : p) sum += (x = std::exp(x - mx));
-          for (std::size_t j = 0; j < N; ++j) {
-            p[j] /= sum;
             ASSERT_NEAR(probs[Gi * N + j], p[j], 1e-5 * p[j] + 1e-7) << "g=" << g << " j=" << j;
           }
           for (std::size_t x = 0; x < D; ++x) {

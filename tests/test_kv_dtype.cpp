@@ -307,18 +307,9 @@ TEST_P(KvAttentionParity, AgainstReferenceAndDoublePrecision) {
         reference(q.data(), G, d, ks.data(), vs.data(), n, scale, out_ref.data(), probs_ref.data());
         for (int g = 0; g < G; ++g) {
           const auto Gi = static_cast<std::size_t>(g);
-          std::vector<double> p(N);
-          double mx = -1e300, sum = 0.0;
+          const std::vector<double> p =
+              ::rkv::test::softmax_f64(&q[Gi * D], kd.data(), N, D, scale);
           for (std::size_t j = 0; j < N; ++j) {
-            double dot = 0.0;
-            for (std::size_t x = 0; x < D; ++x)
-              dot += static_cast<double>(q[Gi * D + x]) * static_cast<double>(kd[j * D + x]);
-            p[j] = dot * static_cast<double>(scale);
-            mx = std::max(mx, p[j]);
-          }
-          for (double& x : p) sum += (x = std::exp(x - mx));
-          for (std::size_t j = 0; j < N; ++j) {
-            p[j] /= sum;
             ASSERT_NEAR(probs[Gi * N + j], p[j], 1e-5 * p[j] + 1e-7) << "g=" << g << " j=" << j;
             ASSERT_NEAR(probs[Gi * N + j], probs_ref[Gi * N + j], 1e-5 * p[j] + 1e-7);
           }

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -95,6 +97,24 @@ inline std::vector<std::string> held_out_problems(std::size_t n) {
   while (out.size() < n && std::getline(in, line))
     out.push_back(nlohmann::json::parse(line).at("problem").get<std::string>());
   return out;
+}
+
+// The float64 attention probabilities of one query q[D] over n keys k[n][D]:
+// softmax(scale * q . k_j), the independent reference of the attention kernel tests.
+inline std::vector<double> softmax_f64(const float* q, const float* k, std::size_t n, std::size_t D,
+                                       float scale) {
+  std::vector<double> p(n);
+  double mx = -1e300, sum = 0.0;
+  for (std::size_t j = 0; j < n; ++j) {
+    double dot = 0.0;
+    for (std::size_t x = 0; x < D; ++x)
+      dot += static_cast<double>(q[x]) * static_cast<double>(k[j * D + x]);
+    p[j] = dot * static_cast<double>(scale);
+    mx = std::max(mx, p[j]);
+  }
+  for (double& x : p) sum += (x = std::exp(x - mx));
+  for (double& x : p) x /= sum;
+  return p;
 }
 
 // The path to the rkv program built alongside the tests.
