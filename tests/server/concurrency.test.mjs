@@ -289,15 +289,16 @@ async function waitForMetrics(ready, what, timeoutMs = 10_000) {
 describe('queue limit', () => {
   withServer(['--kv-memory', '8MiB', '--parallel', '1', '--queue-limit', '2']);
 
-  test('beyond --queue-limit waiting requests: 429 with Retry-After; the queued ones are served', { timeout: 60_000 }, async () => {
-    // Generations of ~2000 tokens (about a second each here) so that the queue stays full while
-    // the extra requests arrive.
+  test('beyond --queue-limit waiting requests: 429 with Retry-After; the queued ones are served', { timeout: 240_000 }, async () => {
+    // Generations of 2000 tokens (about a second each in the release build, 13 s under ASan) so
+    // that the queue stays full while the extra requests arrive. The three run one after another,
+    // so each request's own timeout is the suite's generous one.
     const long = (i, stream = false) =>
       fetch(`${server.url}/v1/completions`, {
         method: 'POST',
         headers: { 'Content-Type': 'application/json' },
         body: JSON.stringify({ prompt: `${i}:a\n`, temperature: 0, max_tokens: 2000, ignore_eos: true, stream }),
-        signal: AbortSignal.timeout(30_000),
+        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
       }).then(async (r) => ({ status: r.status, headers: r.headers, text: await r.text() }));
     const initial = await readMetrics(server.url);
 
