@@ -10,8 +10,12 @@
 // caches cycled like the weights so that each call reads its keys and values from memory, as
 // decode does; reports GB/s of cache read.
 //
+// Limits: the machine's streaming-read bandwidth and compute peak per instruction set and thread
+// count (kernels/limits.h), the ceilings the matmul figures are read against.
+//
 //   rkv_bench --benchmark_filter=Matmul --benchmark_repetitions=3
 //   rkv_bench --benchmark_filter=Attention
+//   rkv_bench --benchmark_filter=Limits
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -26,6 +30,7 @@
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
+#include "kernels/limits.h"
 #include "kv/kv_codec.h"
 
 namespace {
@@ -123,7 +128,30 @@ void BM_Attention(benchmark::State& state, Isa isa, int n, rkv::KvDtype dtype) {
       benchmark::Counter::kIsRate);
 }
 
+void BM_Limits(benchmark::State& state, Isa isa, int threads) {
+  if (!rkv::kernels::isa_supported(isa)) {
+    state.SkipWithError("ISA not supported on this CPU");
+    return;
+  }
+  rkv::ThreadPool pool(threads);
+  rkv::kernels::MachineLimits m;
+  for (auto _ : state) m = rkv::kernels::measure_machine_limits(pool, isa);
+  state.counters["read_GB/s"] = m.read_gb_per_s;
+  state.counters["peak_GFLOP/s"] = m.peak_gflop_per_s;
+  state.SetLabel(m.compute_name);
+}
+
 int register_benchmarks() {
+  for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
+    for (int threads : {1, 2}) {
+      const std::string name = std::string("Limits/") + std::string(rkv::kernels::isa_name(isa)) +
+                               "/threads:" + std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(), BM_Limits, isa, threads)
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(1)
+          ->UseRealTime();
+    }
+  }
   for (int n : {1152, 8320}) {
     for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512}) {
       for (rkv::KvDtype dtype :

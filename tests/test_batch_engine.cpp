@@ -124,9 +124,11 @@ TEST_F(BatchEngineTest, MemoryCapIsNeverExceeded) {
   const Spec spec{"rkv", 16, 20, 40};
   BatchEngine probe(*model_, pool_, {});
   const std::size_t slot = probe.slot_bytes(make_request(spec, 0));
-  // (16 + 8) entries x 4 layers x 2 KV heads x 32 dims x 4 bytes x (keys + values): the tiny
-  // shape of test::self_made_model().
-  EXPECT_EQ(slot, static_cast<std::size_t>(24 * 4 * 2 * 32 * 4 * 2));
+  // The tiny shape of test::self_made_model() (4 layers, 2 KV heads, 4 query heads of 32), f32:
+  // (16 + 8) entries x 4 layers x 2 KV heads x (keys and values of 32 floats, an int32 position,
+  // a float state), and the query ring: window 4 x 4 layers x 4 query heads x 32 floats.
+  ASSERT_EQ(model_->config().num_heads, 4);
+  EXPECT_EQ(slot, static_cast<std::size_t>(24 * 4 * 2 * (2 * 32 * 4 + 4 + 4) + 4 * 4 * 4 * 32 * 4));
   BatchEngineOptions options;
   options.kv_memory_bytes = slot * 5 / 2;  // room for two sequences
   BatchEngine engine(*model_, pool_, options);

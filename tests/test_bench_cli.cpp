@@ -31,11 +31,14 @@ TEST(BenchCli, TableRowsAndBatchMax) {
   const auto& rows = j["rows"];
   ASSERT_EQ(rows.size(), 6u);  // fullkv x 2 batches + rkv x 2 budgets x 2 batches
   // tiny: 4 layers, 2 KV heads, head_dim 32; a bf16 checkpoint gets a bf16 cache by default:
-  // 2 bytes per value of keys and values, 512 bytes per entry.
+  // 2 bytes per value: keys and values of 4 layers x 2 KV heads, 1024 bytes per entry.
   const double per_entry = 4 * 2 * 32 * 2 * 2;
   EXPECT_EQ(j["kv_dtype"], "bf16");
   // Per cached token the slot also holds an int32 position and a float state per layer and head.
-  EXPECT_EQ(j["kv_bytes_per_token"]["total"].get<double>(), per_entry + 4 * 2 * (4 + 4));
+  const double per_token = per_entry + 4 * 2 * (4 + 4);
+  EXPECT_EQ(j["kv_bytes_per_token"]["total"].get<double>(), per_token);
+  // rkv's slot adds its query ring: window 8 x 4 layers x 4 query heads x 32 floats.
+  const double ring = 8 * 4 * 4 * 32 * 4;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& row = rows[i];
     for (const char* key : {"method", "budget", "batch", "kv_bytes_per_sequence",
@@ -46,14 +49,14 @@ TEST(BenchCli, TableRowsAndBatchMax) {
     EXPECT_EQ(row["tokens"].get<int>(), batch * 64);
     const double bytes = row["kv_bytes_per_sequence"];
     if (row["method"] == "fullkv") {
-      EXPECT_EQ(bytes, per_entry * (16 + 64));
+      EXPECT_EQ(bytes, per_token * (16 + 64));
       EXPECT_EQ(row["memory_saving_pct"].get<double>(), 0.0);
     } else {
       const int budget = row["budget"];
       EXPECT_TRUE(budget == 24 || budget == 16) << budget;  // 25% of 64 generated tokens
-      EXPECT_EQ(bytes, per_entry * (budget + 8));
-      EXPECT_NEAR(row["memory_saving_pct"].get<double>(), 100.0 * (1.0 - (budget + 8) / 80.0),
-                  1e-9);
+      EXPECT_EQ(bytes, per_token * (budget + 8) + ring);
+      EXPECT_NEAR(row["memory_saving_pct"].get<double>(),
+                  100.0 * (1.0 - (per_token * (budget + 8) + ring) / (per_token * 80)), 1e-9);
     }
     // Rows alternate --batch 1 and --batch max (as many slots as fit in 1 MiB).
     EXPECT_EQ(batch, i % 2 == 0 ? 1 : static_cast<int>((1 << 20) / bytes));

@@ -89,9 +89,13 @@ TEST_F(EngineCompression, SmallBudgetsKeepTheInvariants) {
     // Memory is fixed up front and never grows with the generation.
     EXPECT_EQ(stats.cache_capacity, budget + buffer);
     EXPECT_LE(stats.max_cache_entries, budget + buffer);
-    EXPECT_EQ(stats.kv_bytes, static_cast<std::size_t>(
-                                  2 * model_->config().num_layers * model_->config().num_kv_heads *
-                                  (budget + buffer) * model_->config().head_dim * 4));
+    // The slot: keys and values (f32), an int32 position and a float state per entry, and the
+    // query ring of `window` float32 queries per query head and layer.
+    const ModelConfig& c = model_->config();
+    EXPECT_EQ(stats.kv_bytes,
+              static_cast<std::size_t>(c.num_layers * c.num_kv_heads * (budget + buffer) *
+                                           (2 * c.head_dim * 4 + 8) +
+                                       c.num_layers * window * c.num_heads * c.head_dim * 4));
   }
 }
 

@@ -115,6 +115,11 @@ TEST(KvDtype, BytesPerCachedTokenOnTheQwen25Shape) {
   // The query ring is counted apart: window 8 of 14 query heads of 64 floats per layer.
   s.window = 8;
   EXPECT_EQ(KvCache::ring_bytes_for(s), 24u * 8 * 14 * 64 * 4);
+  // A slot (what admission reserves) is both: 1000 bf16 entries per head and the ring.
+  s.capacity = 1000;
+  s.dtype = KvDtype::bf16;
+  EXPECT_EQ(KvCache::ring_bytes_for(s), 688128u);
+  EXPECT_EQ(KvCache::slot_bytes_for(s), 1000u * 12672 + 688128);
 }
 
 // ---- append and compact
@@ -478,15 +483,24 @@ TEST(KvDtypeEngine, SlotsAdmissionAndCompressionUseTheStoredBytes) {
   auto model = Model::load(test::self_made_model());  // tiny: 4 layers, 2 KV heads, head 32
   ThreadPool pool(2);
   BatchEngine sizing(*model, pool, {});
+  // A slot reserves everything its cache allocates: per (layer, KV head) and entry the key and
+  // the value in the stored dtype, an int32 position and a float state; fullkv keeps no query
+  // ring. 4 layers * 2 KV heads, 24 + 48 entries, head size 32.
   const std::size_t f32 = sizing.slot_bytes(batch_request("fullkv", std::nullopt));
-  EXPECT_EQ(f32, 2u * 4 * 2 * (24 + 48) * 32 * 4);  // the f32 checkpoint's default: f32
-  EXPECT_EQ(sizing.slot_bytes(batch_request("fullkv", KvDtype::bf16)), f32 / 2);
-  EXPECT_EQ(sizing.slot_bytes(batch_request("fullkv", KvDtype::f16)), f32 / 2);
-  EXPECT_EQ(sizing.slot_bytes(batch_request("fullkv", KvDtype::q8_0)), f32 / 128 * 34);
+  EXPECT_EQ(f32, 4u * 2 * (24 + 48) * (2 * 32 * 4 + 4 + 4));  // the f32 checkpoint's default
+  EXPECT_EQ(f32, 152064u);
+  EXPECT_EQ(sizing.slot_bytes(batch_request("fullkv", KvDtype::bf16)), 4u * 2 * 72 * (128 + 8));
+  EXPECT_EQ(sizing.slot_bytes(batch_request("fullkv", KvDtype::f16)), 78336u);
+  EXPECT_EQ(sizing.slot_bytes(batch_request("fullkv", KvDtype::q8_0)), 4u * 2 * 72 * (68 + 8));
+  // A compressing method's slot adds its query ring: `window` float32 queries of every query
+  // head per layer.
+  const std::size_t q_heads = static_cast<std::size_t>(model->config().num_heads);
+  EXPECT_EQ(sizing.slot_bytes(batch_request("rkv", KvDtype::bf16)),
+            4u * 2 * (20 + 8) * (128 + 8) + 4u * 4 * q_heads * 32 * 4);
   // The engine's default dtype applies to requests that name none.
   BatchEngineOptions o;
   o.kv_dtype = KvDtype::bf16;
-  o.kv_memory_bytes = f32 * 5 / 2;  // two f32 slots, five bf16 ones
+  o.kv_memory_bytes = 5 * 78336;  // five bf16 slots, two f32 ones (2.58)
   BatchEngine capped(*model, pool, o);
   EXPECT_EQ(capped.max_concurrent(batch_request("fullkv", KvDtype::f32)), 2);
   EXPECT_EQ(capped.max_concurrent(batch_request("fullkv", std::nullopt)), 5);
@@ -503,7 +517,8 @@ TEST(KvDtypeEngine, SlotsAdmissionAndCompressionUseTheStoredBytes) {
         EXPECT_EQ(r.tokens.size(), 48u);
         EXPECT_GT(r.compressions, 0);
         EXPECT_EQ(r.kv_dtype, t);
-        EXPECT_EQ(r.kv_bytes, 2u * 4 * 2 * (20 + 8) * kv_row_bytes(t, 32));
+        EXPECT_EQ(r.kv_bytes,
+                  4u * 2 * (20 + 8) * (2 * kv_row_bytes(t, 32) + 8) + 4u * 4 * q_heads * 32 * 4);
         EXPECT_LE(r.max_cache_entries, 28);
         const std::size_t per_entry = 2u * 4 * 2 * kv_row_bytes(t, 32);  // keys + values
         EXPECT_GT(r.kv_bytes_used, 0u);

@@ -1,9 +1,9 @@
 // Portable similarity tile kernel and the run-time choice (see similarity_tiles.h).
 #include "compress/similarity_tiles.h"
 
-#include <cstdlib>
 #include <cstring>
-#include <string>
+
+#include "kernels/kernels.h"
 
 namespace rkv::compress {
 namespace {
@@ -11,15 +11,12 @@ namespace {
 // Eight floats; on an SSE2-only target GCC splits each operation into two 4-wide ones.
 typedef float V8 __attribute__((vector_size(32)));
 
-bool force_reference() {
-  const char* isa = std::getenv("RKV_ISA");
-  return isa != nullptr && std::string(isa) == "reference";
-}
-
+// The kernels' one dispatcher decides (kernels::active_isa(): the best the CPU runs, or
+// RKV_ISA): the portable tile for the reference, the AVX2+FMA tile for every x86 instruction set
+// above it (an AVX-512 machine runs it too; the tile is a small part of a compression).
 bool use_avx2() {
 #if defined(__x86_64__)
-  static const bool ok =
-      !force_reference() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool ok = kernels::active_isa() != kernels::Isa::Reference;
   return ok;
 #else
   return false;

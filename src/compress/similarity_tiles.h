@@ -1,8 +1,8 @@
 // The inner kernel of the redundancy score (redundancy.cpp): cosine similarities of a block of
 // kSimRows normalised keys against a range of keys, from key-major (transposed) storage so the
 // loop runs along contiguous columns. A portable version (GCC/Clang vector extensions) and an
-// AVX2+FMA one (similarity_tiles_avx2.cpp, compiled with -mavx2 -mfma) exist; the best one this
-// CPU runs is picked once, and RKV_ISA=reference forces the portable one (as for the kernels).
+// AVX2+FMA one (similarity_tiles_avx2.cpp, compiled with -mavx2 -mfma) exist; which runs follows
+// the kernels' dispatcher (kernels::active_isa(), so RKV_ISA=reference forces the portable one).
 #pragma once
 
 #include <string_view>

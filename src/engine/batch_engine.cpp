@@ -33,8 +33,8 @@ std::size_t BatchEngine::slot_bytes(const BatchRequest& request) const {
       options_.context_size > 0 ? options_.context_size : model_.config().max_position_embeddings;
   const int prompt = static_cast<int>(request.prompt.size());
   const int max_new = std::max(0, std::min(request.max_new_tokens, context - prompt));
-  return KvCache::kv_bytes_for(model_.cache_shape(compressor.cache_capacity(prompt, max_new),
-                                                  compressor.window(), kv_dtype(request)));
+  return KvCache::slot_bytes_for(model_.cache_shape(compressor.cache_capacity(prompt, max_new),
+                                                    compressor.window(), kv_dtype(request)));
 }
 
 KvDtype BatchEngine::kv_dtype(const BatchRequest& request) const {
@@ -73,7 +73,7 @@ std::uint64_t BatchEngine::submit(BatchRequest request) {
   seq->max_new = std::min(request.max_new_tokens, context - prompt);
   seq->capacity = seq->compressor->cache_capacity(prompt, seq->max_new);
   seq->kv_dtype = kv_dtype(request);
-  seq->slot_bytes = KvCache::kv_bytes_for(
+  seq->slot_bytes = KvCache::slot_bytes_for(
       model_.cache_shape(seq->capacity, seq->compressor->window(), seq->kv_dtype));
   if (options_.kv_memory_bytes > 0 && seq->slot_bytes > options_.kv_memory_bytes)
     throw Error("the request needs a KV cache of " + std::to_string(seq->slot_bytes) + " bytes (" +

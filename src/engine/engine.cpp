@@ -129,7 +129,7 @@ PreparedRequest Engine::prepare(Request request) const {
   p.cache_capacity = compressor.cache_capacity(prompt, p.max_new_tokens);
   request.kv_dtype =
       request.kv_dtype.value_or(options_.kv_dtype.value_or(model_.default_kv_dtype()));
-  p.slot_bytes = KvCache::kv_bytes_for(
+  p.slot_bytes = KvCache::slot_bytes_for(
       model_.cache_shape(p.cache_capacity, compressor.window(), request.kv_dtype));
   if (options_.kv_memory_bytes > 0 && p.slot_bytes > options_.kv_memory_bytes)
     throw Error("the request needs a KV cache of " + std::to_string(p.slot_bytes) + " bytes (" +

@@ -131,6 +131,11 @@ std::size_t KvCache::ring_bytes_for(const KvCacheShape& shape) {
          sizeof(float);
 }
 
+std::size_t KvCache::slot_bytes_for(const KvCacheShape& shape) {
+  return static_cast<std::size_t>(shape.capacity) * token_bytes_for(shape).total() +
+         ring_bytes_for(shape);
+}
+
 std::size_t KvCache::used_kv_bytes() const {
   std::size_t entries = 0;
   for (int len : lengths_) entries += static_cast<std::size_t>(len);

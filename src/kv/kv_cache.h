@@ -110,12 +110,15 @@ class KvCache {
   // The same for any shape, without allocating: 2 * layers * kv_heads * capacity * row bytes,
   // where a row of head_dim values takes 4 * head_dim bytes in f32, 2 * head_dim in bf16 and
   // f16, and 34 * head_dim / 32 in q8_0. Throws rkv::Error where the dtype cannot hold the
-  // head size. What admission (--kv-memory) reserves per sequence.
+  // head size.
   static std::size_t kv_bytes_for(const KvCacheShape& shape);
   // Bytes of one cached token in a slot: keys, values, positions and policy state.
   static KvTokenBytes token_bytes_for(const KvCacheShape& shape);
   // Bytes of the query ring (float32 queries of every query head, `window` per layer).
   static std::size_t ring_bytes_for(const KvCacheShape& shape);
+  // Everything a KvCache of this shape allocates: capacity * token_bytes_for(shape).total()
+  // plus ring_bytes_for(shape). What admission (--kv-memory) reserves per sequence.
+  static std::size_t slot_bytes_for(const KvCacheShape& shape);
   // Bytes of keys and values actually in use now, summed over layers.
   std::size_t used_kv_bytes() const;
 

@@ -74,6 +74,14 @@ class Model {
   const std::filesystem::path& dir() const { return dir_; }
   // Bytes of weights (as stored).
   std::size_t weight_bytes() const { return weight_bytes_; }
+  // The matrices one token's forward pass multiplies (every layer's seven projections and the
+  // output head; the embedding row and the norms aside): their parameters (a token costs twice
+  // that in flops) and their bytes as stored (what a decode step streams from memory).
+  struct MatmulFootprint {
+    std::size_t params = 0;
+    std::size_t bytes = 0;
+  };
+  MatmulFootprint matmul_footprint() const;
 
   // Runs the rows through the model, appending their keys/values to their caches. Writes the
   // float32 logits of the rows with want_logits, in row order, to `logits` ([n][vocab]).

@@ -122,6 +122,18 @@ KvDtype Model::default_kv_dtype() const {
   return layers_.empty() || layers_.front().k.dtype == DType::F32 ? KvDtype::f32 : KvDtype::bf16;
 }
 
+Model::MatmulFootprint Model::matmul_footprint() const {
+  MatmulFootprint f;
+  auto add = [&](const kernels::WeightView& w) {
+    f.params += w.rows * w.cols;
+    f.bytes += w.rows * w.cols * dtype_size(w.dtype);
+  };
+  for (const LayerWeights& l : layers_)
+    for (const kernels::WeightView* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) add(*w);
+  add(lm_head_);
+  return f;
+}
+
 KvCacheShape Model::cache_shape(int capacity, int window, std::optional<KvDtype> dtype) const {
   return {config_.num_layers,
           config_.num_kv_heads,

@@ -1,9 +1,12 @@
 // rkv bench-decode: prompt-processing and decode speed of one sequence at several context
-// depths (the llama-bench pp/tg measurements), with random token ids.
+// depths (the llama-bench pp/tg measurements), with random token ids; each figure also as a
+// fraction of the machine's measured limit (kernels/limits.h): prompt processing against the
+// compute peak, decode against the streaming-read bandwidth.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "command.h"
 #include "common.h"
@@ -12,6 +15,8 @@
 #include "engine/kv_compressor.h"
 #include "engine/sampler.h"
 #include "kernels/kernels.h"
+#include "kernels/limits.h"
+#include "kv/kv_codec.h"
 #include "kv_options.h"
 #include "model/model.h"
 
@@ -25,6 +30,7 @@ struct Args {
   int n_gen = 64;
   int repetitions = 1;
   int threads = 1;
+  bool no_limits = false;
   std::string json_out;
   std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
 };
@@ -49,6 +55,9 @@ void setup(CLI::App& app) {
                   "Repetitions of each test (the best is reported)")
       ->check(CLI::PositiveNumber);
   add_flag_option(app, "--json", args->json_out, "Also write the results to this JSON file");
+  app.add_flag("--no-limits", args->no_limits,
+               "Skip measuring the machine's limits (streaming-read bandwidth and compute peak "
+               "with the same threads, about 3 s) and the columns that compare with them");
   add_threads_option(app, args->threads);
   add_kv_options(app, args->kv);
   app.callback([args] {
@@ -72,6 +81,17 @@ void setup(CLI::App& app) {
     std::fprintf(stderr, "bench-decode: %s (%s, %d layers, hidden %d), %d threads, kernels: %s\n",
                  args->model.c_str(), c.architecture_name.c_str(), c.num_layers, c.hidden_size,
                  args->threads, std::string(kernels::isa_name(kernels::active_isa())).c_str());
+    std::optional<kernels::MachineLimits> limits;
+    if (!args->no_limits) {
+      std::fprintf(stderr, "bench-decode: measuring the machine's limits...\n");
+      limits = kernels::measure_machine_limits(pool, kernels::active_isa());
+      std::printf("Machine limits (%d threads, %s): streaming read %.1f GB/s; %s %.1f GFLOP/s\n",
+                  limits->threads, std::string(kernels::isa_name(limits->isa)).c_str(),
+                  limits->read_gb_per_s, limits->compute_name, limits->peak_gflop_per_s);
+    }
+    const Model::MatmulFootprint matmuls = model->matmul_footprint();
+    const double kv_entry_bytes =
+        2.0 * static_cast<double>(kv_row_bytes(kv_dtype, c.head_dim)) * c.num_kv_heads;
     nlohmann::json results = nlohmann::json::array();
     std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
     std::printf(
@@ -79,16 +99,30 @@ void setup(CLI::App& app) {
         "state %zu)\n\n",
         std::string(kv_dtype_name(kv_dtype)).c_str(), per_token.total(), per_token.keys,
         per_token.values, per_token.positions, per_token.state);
-    std::printf("| test | depth | tokens | seconds | tokens/s |\n|---|---:|---:|---:|---:|\n");
-    auto report = [&](const std::string& test, int depth, int tokens, double seconds) {
-      std::printf("| %s | %d | %d | %.3f | %.2f |\n", test.c_str(), depth, tokens, seconds,
-                  tokens / seconds);
+    std::printf(
+        "| test | depth | tokens | seconds | tokens/s | work rate | of the limit |\n"
+        "|---|---:|---:|---:|---:|---:|---:|\n");
+    // `work` is what the test did: flops for prompt processing, bytes read for decode.
+    auto report = [&](const std::string& test, int depth, int tokens, double seconds, double work,
+                      bool compute_bound) {
+      const double rate = work / seconds / 1e9;
+      const double limit = !limits         ? 0.0
+                           : compute_bound ? limits->peak_gflop_per_s
+                                           : limits->read_gb_per_s;
+      std::printf("| %s | %d | %d | %.3f | %.2f | %.1f %s | ", test.c_str(), depth, tokens, seconds,
+                  tokens / seconds, rate, compute_bound ? "GFLOP/s" : "GB/s");
+      if (limits)
+        std::printf("%.0f%% |\n", 100.0 * rate / limit);
+      else
+        std::printf("- |\n");
       std::fflush(stdout);
       results.push_back({{"test", test},
                          {"depth", depth},
                          {"tokens", tokens},
                          {"seconds", seconds},
-                         {"tokens_per_second", tokens / seconds}});
+                         {"tokens_per_second", tokens / seconds},
+                         {compute_bound ? "gflop_per_s" : "gb_per_s", rate}});
+      if (limits) results.back()["fraction_of_limit"] = rate / limit;
     };
     if (args->n_prompt > 0) {
       double best = 1e30;
@@ -99,10 +133,15 @@ void setup(CLI::App& app) {
         prefill(*model, cache, tokens, 0, 512, scratch, pool, logits.data());
         best = std::min(best, now_seconds() - t0);
       }
-      report("pp" + std::to_string(args->n_prompt), 0, args->n_prompt, best);
+      // Flops: two per parameter per token, and causal attention (QK and PV, two flops per
+      // multiply-add, token t attending to t keys) over every query head of every layer.
+      const double T = args->n_prompt;
+      const double flops = 2.0 * static_cast<double>(matmuls.params) * T +
+                           2.0 * c.num_layers * c.num_heads * c.head_dim * T * (T + 1);
+      report("pp" + std::to_string(args->n_prompt), 0, args->n_prompt, best, flops, true);
     }
     for (int depth : depths) {
-      double best = 1e30, best_compress = 0.0;
+      double best = 1e30, best_compress = 0.0, best_bytes = 0.0;
       std::int64_t compressions = 0;
       int entries = 0;
       for (int rep = 0; rep < args->repetitions; ++rep) {
@@ -119,8 +158,15 @@ void setup(CLI::App& app) {
         }
         int token = static_cast<int>(rng.next() % static_cast<std::uint64_t>(c.vocab_size));
         const double compress_before = compressor.compression_seconds();
+        // Bytes a step reads: every matrix once, and the keys and values its attention reads
+        // (the entries held before the step plus the new one, in every layer).
+        double bytes = 0.0;
         const double t0 = now_seconds();
         for (int i = 0; i < args->n_gen; ++i) {
+          std::size_t held = 0;
+          for (int l = 0; l < c.num_layers; ++l) held += static_cast<std::size_t>(cache.length(l));
+          bytes += static_cast<double>(matmuls.bytes) +
+                   (static_cast<double>(held) + c.num_layers) * kv_entry_bytes;
           compressor.begin_decode_step(token, depth + i, cache);
           ForwardRow row{&cache, token, depth + i, true};
           model->forward({&row, 1}, scratch, pool, logits.data(), &observer);
@@ -129,12 +175,13 @@ void setup(CLI::App& app) {
         const double elapsed = now_seconds() - t0;
         if (elapsed < best) {
           best = elapsed;
+          best_bytes = bytes;
           best_compress = compressor.compression_seconds() - compress_before;
           compressions = compressor.compressions();
           entries = cache.length(0);
         }
       }
-      report("tg" + std::to_string(args->n_gen), depth, args->n_gen, best);
+      report("tg" + std::to_string(args->n_gen), depth, args->n_gen, best, best_bytes, false);
       if (kv_params.method != Method::fullkv) {
         std::printf(
             "|   %s: %lld layer compressions, %.3f s (%.1f%% of decode), %d entries per head at "
@@ -152,9 +199,16 @@ void setup(CLI::App& app) {
                             {"kv", nlohmann::json::parse(kv_params.to_json())},
                             {"kv_dtype", std::string(kv_dtype_name(kv_dtype))},
                             {"kv_bytes_per_token", per_token.total()},
+                            {"matmul_params", matmuls.params},
+                            {"matmul_bytes", matmuls.bytes},
                             {"threads", args->threads},
                             {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
                             {"results", results}};
+      if (limits)
+        out["machine_limits"] = {{"read_gb_per_s", limits->read_gb_per_s},
+                                 {"peak_gflop_per_s", limits->peak_gflop_per_s},
+                                 {"compute", limits->compute_name},
+                                 {"threads", limits->threads}};
       std::ofstream(args->json_out) << out.dump(2) << "\n";
     }
   });

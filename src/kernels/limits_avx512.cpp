@@ -1,0 +1,48 @@
+// AVX-512 loops of the machine-limit measurements (limits.h).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include <cstddef>
+
+#include "kernels/limits.h"
+
+namespace rkv::kernels {
+
+const LimitLoops* limit_loops_avx512();
+
+namespace {
+
+float read_sum(const float* p, std::size_t n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  for (std::size_t i = 0; i < n; i += 64) {
+    s0 = _mm512_add_ps(s0, _mm512_loadu_ps(p + i));
+    s1 = _mm512_add_ps(s1, _mm512_loadu_ps(p + i + 16));
+    s2 = _mm512_add_ps(s2, _mm512_loadu_ps(p + i + 32));
+    s3 = _mm512_add_ps(s3, _mm512_loadu_ps(p + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+
+float compute(std::size_t iterations, float seed) {
+  constexpr int kChains = 12;
+  __m512 acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = _mm512_set1_ps(seed + static_cast<float>(j));
+  const __m512 m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-3f);
+  for (std::size_t i = 0; i < iterations; ++i)
+    for (int j = 0; j < kChains; ++j) acc[j] = _mm512_fmadd_ps(acc[j], m, c);
+  __m512 s = acc[0];
+  for (int j = 1; j < kChains; ++j) s = _mm512_add_ps(s, acc[j]);
+  return _mm512_reduce_add_ps(s);
+}
+
+constexpr LimitLoops kLoops{&read_sum, &compute, 12.0 * 16 * 2, "f32 FMA, 16 lanes (AVX-512)"};
+
+}  // namespace
+
+const LimitLoops* limit_loops_avx512() {
+  return &kLoops;
+}
+
+}  // namespace rkv::kernels

@@ -1,0 +1,93 @@
+// The machine-limit measurements (kernels/limits.h) and the matmul footprint bench-decode reads
+// its figures against: the loops compute what they claim (so that their flop and byte counts
+// are real work), and the footprint is the sum of the model's matrices.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/limits.h"
+#include "model/model.h"
+#include "test_util.h"
+
+namespace rkv {
+namespace {
+
+using kernels::Isa;
+
+TEST(MachineLimits, EveryLoopComputesItsClosedForm) {
+  int checked = 0;
+  for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
+    const kernels::LimitLoops* loops = kernels::limit_loops_for(isa);
+    if (loops == nullptr || !kernels::isa_supported(isa)) continue;
+    SCOPED_TRACE(std::string(kernels::isa_name(isa)));
+    ++checked;
+    // The read loop sums: 0, 1, ..., 4095 (exact in float32 partial sums of 8 lanes).
+    std::vector<float> data(4096);
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i % 64);
+    EXPECT_FLOAT_EQ(loops->read_sum(data.data(), data.size()), 64.0f * (63.0f * 64.0f / 2.0f));
+    EXPECT_GT(loops->flops_per_iteration, 0.0);
+    if (isa == Isa::Avx512Bf16) {
+      // Each lane adds 2 * (0.5 * 1e-3 + seed * -1e-3) in bf16 per iteration.
+      continue;
+    }
+    // The compute loop iterates x <- 0.999 x + 0.001 in every lane of every chain, chain j
+    // starting at seed + j: after n steps x = 1 + 0.999^n (x0 - 1). Its result is the sum of
+    // all lanes, so the lanes of a chain weigh (flops per iteration / 2 / chains).
+    const std::size_t n = 1000;
+    const float seed = 2.0f;
+    const float got = loops->compute(n, seed);
+    const int chains = isa == Isa::Reference ? 8 : 12;
+    const double lanes = loops->flops_per_iteration / 2.0 / chains;
+    double want = 0.0;
+    for (int j = 0; j < chains; ++j) want += lanes * (1.0 + std::pow(0.999, n) * (seed + j - 1.0));
+    EXPECT_NEAR(got, want, 1e-3 * want);
+  }
+  EXPECT_GE(checked, 1);
+}
+
+TEST(MachineLimits, MeasuresPositiveRatesOnEverySupportedIsa) {
+  ThreadPool pool(2);
+  for (Isa isa : {Isa::Reference, Isa::Avx2}) {
+    if (!kernels::isa_supported(isa)) continue;
+    const kernels::MachineLimits m =
+        kernels::measure_machine_limits(pool, isa, std::size_t{8} << 20, 1);
+    EXPECT_EQ(m.threads, 2);
+    EXPECT_TRUE(std::isfinite(m.read_gb_per_s) && m.read_gb_per_s > 0.0);
+    EXPECT_TRUE(std::isfinite(m.peak_gflop_per_s) && m.peak_gflop_per_s > 0.0);
+  }
+  // An instruction set this CPU lacks is an error, not a silent fallback.
+  for (Isa isa : {Isa::Avx512, Isa::Avx512Bf16}) {
+    if (kernels::isa_supported(isa)) continue;
+    try {
+      kernels::measure_machine_limits(pool, isa, 1 << 20, 1);
+      ADD_FAILURE() << "measured " << kernels::isa_name(isa) << " on a CPU without it";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not supported"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(MatmulFootprint, IsEveryProjectionAndTheOutputHead) {
+  auto model = Model::load(test::self_made_model());  // f32
+  const ModelConfig& c = model->config();
+  const std::size_t h = static_cast<std::size_t>(c.hidden_size);
+  const std::size_t q = static_cast<std::size_t>(c.num_heads * c.head_dim);
+  const std::size_t kv = static_cast<std::size_t>(c.num_kv_heads * c.head_dim);
+  const std::size_t ffn = static_cast<std::size_t>(c.intermediate_size);
+  const std::size_t per_layer = q * h + 2 * kv * h + h * q + 3 * ffn * h;
+  const std::size_t params = static_cast<std::size_t>(c.num_layers) * per_layer +
+                             static_cast<std::size_t>(c.vocab_size) * h;
+  const Model::MatmulFootprint f = model->matmul_footprint();
+  EXPECT_EQ(f.params, params);
+  EXPECT_EQ(f.bytes, 4 * params);
+  // The matrices are most of the checkpoint: what is left is the embedding (tied here or not)
+  // and the norms and biases.
+  EXPECT_LE(f.bytes, model->weight_bytes() + static_cast<std::size_t>(c.vocab_size) * h * 4);
+}
+
+}  // namespace
+}  // namespace rkv
