@@ -1,5 +1,6 @@
 // AVX2 + FMA similarity tile kernel (see similarity_tiles.h). CMake compiles files named
-// *_avx2.cpp with -mavx2 -mfma -mf16c; similarity_rows_fn() picks this wherever kernels::active_isa() is above the reference.
+// *_avx2.cpp with -mavx2 -mfma -mf16c; similarity_rows_fn() picks this wherever
+// kernels::active_isa() is above the reference.
 #include "compress/similarity_tiles.h"
 
 #if defined(__x86_64__)
