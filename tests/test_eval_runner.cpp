@@ -85,6 +85,83 @@ TEST(EvalRunner, ResumesAnInterruptedRunToTheSameRecords) {
   fs::remove_all(dir);
 }
 
+// A directory resumes only under the settings its samples were made with (run.json): methods
+// and budgets may be added; another temperature, cache dtype or method setting is refused, and
+// the samples are left as they were.
+TEST(EvalRunner, RefusesToResumeUnderOtherSettings) {
+  const fs::path dir = fs::temp_directory_path() / ("rkv-eval-set-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  RandomCheckpointOptions ck;
+  ck.shape = "tiny";
+  ck.dtype = DType::F32;
+  write_random_checkpoint(dir / "model", ck);
+  {
+    std::ofstream data(dir / "data.jsonl");
+    data << R"({"problem": "What is 1+1?", "answer": "2", "unique_id": "a"})"
+         << "\n";
+  }
+  auto model = Model::load(dir / "model");
+  const Tokenizer tokenizer = Tokenizer::load(dir / "model");
+  const Dataset dataset = load_dataset(dir / "data.jsonl", {});
+  ThreadPool pool(2);
+  RunnerOptions o;
+  o.methods = {"fullkv", "rkv"};
+  o.budgets = parse_budget_specs("24");
+  o.kv_settings = {{"buffer", "8"}};
+  o.max_new_tokens = 16;
+  o.temperature = 0.0f;
+  o.progress = nullptr;
+  o.out_dir = dir / "run";
+  EXPECT_EQ(run_eval(*model, tokenizer, dataset, o, pool).generated_now, 2u);
+  const auto settings = test::read_json(o.out_dir / "run.json");
+  EXPECT_EQ(settings["temperature"], 0.0);
+  EXPECT_EQ(settings["kv_dtype"], "f32");
+  EXPECT_EQ(settings["kv"]["rkv"]["buffer"], 8);
+
+  auto refused = [&](RunnerOptions changed, const std::string& what) {
+    SCOPED_TRACE(what);
+    const std::size_t before = lines_of(o.out_dir / "samples.jsonl").size();
+    try {
+      run_eval(*model, tokenizer, dataset, changed, pool);
+      ADD_FAILURE() << "resumed under another " << what;
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("other settings"), std::string::npos) << m;
+      EXPECT_NE(m.find(what), std::string::npos) << m;
+    }
+    EXPECT_EQ(lines_of(o.out_dir / "samples.jsonl").size(), before);
+  };
+  RunnerOptions hot = o;
+  hot.temperature = 0.6f;
+  refused(hot, "temperature");
+  RunnerOptions bf16 = o;
+  bf16.kv_dtype = KvDtype::bf16;
+  refused(bf16, "kv_dtype");
+  RunnerOptions smaller_buffer = o;
+  smaller_buffer.kv_settings = {{"buffer", "4"}};
+  refused(smaller_buffer, "rkv settings");
+  RunnerOptions longer = o;
+  longer.max_new_tokens = 32;
+  refused(longer, "max_new_tokens");
+
+  // The same settings, spelled out (rkv's default window given explicitly), with a method and
+  // a budget added: the two samples resume and only the new ones are generated.
+  RunnerOptions more = o;
+  more.methods = {"fullkv", "rkv", "h2o"};
+  more.budgets = parse_budget_specs("24,32");
+  more.kv_settings = {{"buffer", "8"},
+                      {"window", std::to_string(CompressionParams::defaults(Method::rkv).window)}};
+  const RunSummary grown = run_eval(*model, tokenizer, dataset, more, pool);
+  EXPECT_EQ(grown.resumed, 2u);
+  EXPECT_EQ(grown.generated_now, 3u);  // rkv at 32, h2o at 24 and 32
+  // The record now holds h2o's settings too, so a later run with other h2o settings is refused.
+  EXPECT_TRUE(test::read_json(o.out_dir / "run.json")["kv"].contains("h2o"));
+  RunnerOptions h2o_window = more;
+  h2o_window.kv_settings.push_back({"window", "2"});
+  refused(h2o_window, "h2o settings");
+  fs::remove_all(dir);
+}
+
 TEST(EvalRunner, SummaryArithmetic) {
   const fs::path path =
       fs::temp_directory_path() / ("rkv-summary-" + std::to_string(::getpid()) + ".jsonl");

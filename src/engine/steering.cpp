@@ -135,6 +135,15 @@ std::string model_fingerprint(const std::filesystem::path& model_dir, const Mode
   return out;
 }
 
+std::string steering_vector_digest(const SteeringVector& vector) {
+  Fnv1a f;
+  f.number(vector.layer);
+  f.bytes(vector.values.data(), vector.values.size() * sizeof(float));
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(f.h));
+  return hex;
+}
+
 void save_steering_vector(const std::filesystem::path& path, const SteeringVector& v) {
   if (v.values.empty()) throw Error(path.string() + ": cannot save an empty steering vector");
   std::map<std::string, std::string> meta = v.extra;

@@ -62,6 +62,10 @@ int default_steering_layer(int num_layers);
 // not. 16 hex digits.
 std::string model_fingerprint(const std::filesystem::path& model_dir, const ModelConfig& config);
 
+// A hex digest (FNV-1a 64) of a steering vector's layer and values: what identifies it among the
+// settings of an eval run (eval/runner.cpp).
+std::string steering_vector_digest(const SteeringVector& vector);
+
 // Writes / reads the file. load_steering_vector validates the file itself (tensor present,
 // shape [hidden_size] matching the metadata, finite values, layer within num_layers) and throws
 // rkv::Error naming the file and the problem.

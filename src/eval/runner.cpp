@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "core/record_log.h"
 #include "core/svg_plot.h"
+#include "engine/steering.h"
 #include "model/model.h"
 #include "rkv/engine.h"
 #include "rkv/tokenizer.h"
@@ -54,6 +56,91 @@ std::uint64_t sample_seed(std::uint64_t seed, std::size_t example, int sample) {
                     (0xbf58476d1ce4e5b9ull * static_cast<std::uint64_t>(sample + 1));
   z = (z ^ (z >> 31)) * 0x94d049bb133111ebull;
   return z ^ (z >> 29);
+}
+
+// The settings every sample of a run depends on, kept as run.json beside samples.jsonl: the
+// model (its fingerprint), the dataset, the prompt, the sampling, the cache dtype, steering and
+// each compressed method's resolved settings (budget aside). A run resumes a directory only with
+// the same ones; methods, budgets and samples may be added from one run to the next, but samples
+// made under other settings would otherwise be mixed into one summary row without a word.
+json run_settings(const Model& model, const Dataset& dataset, const RunnerOptions& o, int max_new,
+                  const std::function<CompressionParams(const std::string&)>& params_of) {
+  json kv = json::object();
+  for (const auto& method : o.methods) {
+    if (method == "fullkv") continue;
+    json p = json::parse(params_of(method).to_json());
+    p.erase("budget");
+    kv[method] = std::move(p);
+  }
+  json steering = nullptr;
+  if (o.steering.enabled()) {
+    steering = {{"vector", steering_vector_digest(*o.steering.vector)},
+                {"a0", o.steering.a0},
+                {"gamma", o.steering.gamma}};
+  }
+  return {{"model", model_fingerprint(model.dir(), model.config())},
+          {"dataset", dataset.name},
+          {"prompt_template", o.prompt_template},
+          {"chat_template", o.chat_template},
+          {"max_new_tokens", max_new},
+          {"temperature", o.temperature},
+          {"top_p", o.top_p},
+          {"top_k", o.top_k},
+          {"seed", o.seed},
+          {"kv_dtype", std::string(kv_dtype_name(o.kv_dtype.value_or(model.default_kv_dtype())))},
+          {"steering", steering},
+          {"kv", kv}};
+}
+
+// Checks `now` against the settings recorded in `path` (absent: a new run, or one from before
+// run.json existed, whose samples cannot be checked) and records the union: common settings
+// must be equal, and so must each compressed method's settings where both runs have it.
+void check_and_record_settings(const std::filesystem::path& path, json now, bool has_samples) {
+  if (std::filesystem::exists(path)) {
+    json before;
+    try {
+      std::ifstream in(path);
+      before = json::parse(in);
+    } catch (const json::exception& e) {
+      throw Error(path.string() + ": unreadable run settings (" + e.what() + ")");
+    }
+    std::vector<std::string> diffs;
+    auto differ = [&](const std::string& what, const json& a, const json& b) {
+      if (a != b) diffs.push_back(what + ": " + a.dump() + " there, " + b.dump() + " now");
+    };
+    for (const auto& [key, value] : now.items()) {
+      if (key == "kv") continue;
+      differ(key, before.value(key, json(nullptr)), value);
+    }
+    json kv = before.value("kv", json::object());
+    for (const auto& [method, params] : now["kv"].items()) {
+      if (kv.contains(method))
+        differ(method + " settings", kv[method], params);
+      else
+        kv[method] = params;
+    }
+    if (!diffs.empty()) {
+      std::string list;
+      for (const auto& d : diffs) list += "\n  " + d;
+      throw Error(path.parent_path().string() +
+                  " holds samples made with other settings; resuming would mix them into one "
+                  "summary. Use another --out directory, or remove this one. Differences:" +
+                  list);
+    }
+    now["kv"] = kv;
+  } else if (has_samples) {
+    std::fprintf(stderr,
+                 "[eval] %s has samples but no run.json (written by an older rkv): resuming "
+                 "without checking that they were made with these settings\n",
+                 path.parent_path().string().c_str());
+  }
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << now.dump(2) << "\n";
+    if (!out) throw Error(tmp.string() + ": cannot write");
+  }
+  std::filesystem::rename(tmp, path);
 }
 
 std::string format_duration(double s) {
@@ -178,17 +265,6 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
   engine_options.max_batch = o.max_batch;
   engine_options.chat_template = o.chat_template;
 
-  std::set<std::string> done;
-  RunSummary summary;
-  for (const json& r : read_records(samples_path)) {
-    done.insert(record_key(r.value("example_id", std::string()), r.value("sample", 0),
-                           r.value("method", std::string()),
-                           r.value("budget_label", std::string())));
-  }
-  // Each sample is one checked line, synced before the next: a run killed at any moment loses
-  // at most the samples in flight, which the next run generates again.
-  RecordLog out(samples_path);
-
   auto make_params = [&](const std::string& method, int budget) {
     CompressionParams p = CompressionParams::defaults(parse_method(method));
     if (method != "fullkv") {
@@ -198,6 +274,27 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
     p.validate();
     return p;
   };
+
+  std::set<std::string> done;
+  RunSummary summary;
+  for (const json& r : read_records(samples_path)) {
+    done.insert(record_key(r.value("example_id", std::string()), r.value("sample", 0),
+                           r.value("method", std::string()),
+                           r.value("budget_label", std::string())));
+  }
+  check_and_record_settings(o.out_dir / "run.json",
+                            run_settings(model, dataset, o, max_new,
+                                         [&](const std::string& method) {
+                                           CompressionParams p =
+                                               CompressionParams::defaults(parse_method(method));
+                                           for (const auto& [name, value] : o.kv_settings)
+                                             p.set(name, value);
+                                           return p;
+                                         }),
+                            !done.empty());
+  // Each sample is one checked line, synced before the next: a run killed at any moment loses
+  // at most the samples in flight, which the next run generates again.
+  RecordLog out(samples_path);
 
   auto run_phase = [&](const std::vector<Job>& all_jobs, const char* phase) {
     std::vector<Job> jobs;
