@@ -393,7 +393,6 @@ INSTANTIATE_TEST_SUITE_P(Isas, QuantizedMatmul,
                          [](const ::testing::TestParamInfo<Isa>& param_info) {
                            return std::string(kernels::isa_name(param_info.param));
                          });
-});
 
 // kernels::matmul (activations quantized once, rows split over threads) equals the active
 // instruction set's row kernel on the whole matrix, bit for bit (same integers, same order).
