@@ -57,14 +57,15 @@ inline __m256i nibbles(const std::uint8_t* p) {
   return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
 }
 
-// 0x10 in byte k where bit k of the 32-bit word is set.
-inline __m256i high_bits(std::uint32_t bits) {
+// 0xF0 in byte k where bit k of the 32-bit word is clear, 0 where it is set: OR-ed into a
+// nibble n, the byte is n - 16 (bit clear) or n (bit set) as int8, i.e. (n | bit << 4) - 16.
+inline __m256i q5_offsets(std::uint32_t bits) {
   const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
                                        2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
   const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), idx);
   const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
-  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+  return _mm256_andnot_si256(set, _mm256_set1_epi8(static_cast<char>(0xF0)));
 }
 
 template <DType D>
@@ -85,7 +86,7 @@ inline void decode(const std::uint8_t* row, std::size_t b, Dec& o) {
     o.f = h2f(blk);
     std::uint32_t qh;
     std::memcpy(&qh, blk + 2, 4);
-    o.q = _mm256_sub_epi8(_mm256_or_si256(nibbles(blk + 6), high_bits(qh)), _mm256_set1_epi8(16));
+    o.q = _mm256_or_si256(nibbles(blk + 6), q5_offsets(qh));
   } else if constexpr (D == DType::Q4_K) {
     const std::uint8_t* blk = row + (b / 8) * 144;
     const int j = static_cast<int>(b % 8);
@@ -185,20 +186,134 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
     for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]) - mins[r][t];
 }
 
+// Q4_K / Q6_K: the same product, super-block by super-block, so that each row's scales are
+// decoded once per 256 elements: Q4_K's eight scales (times d) and mins (times dmin) as vectors,
+// its min term for all eight sub-blocks in one FMA against the activations' d * sum; Q6_K's
+// sixteen int8 scales widened once, each sub-block's pair picked by one byte shuffle.
+template <DType D, int R, int TT>
+void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x, std::size_t K,
+            std::size_t t0, float* y, std::size_t ldy) {
+  constexpr std::size_t kBytes = D == DType::Q4_K ? 144 : 210;
+  const std::size_t nb = K / 32, nsb = K / 256;
+  __m256 acc[R][TT];
+  __m256 macc[R][TT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TT; ++t) acc[r][t] = macc[r][t] = _mm256_setzero_ps();
+  const std::int8_t* xq = x.q + t0 * K;
+  const float* xd = x.d + t0 * nb;
+  const std::int32_t* xs = x.sum + t0 * nb;
+  // Q6_K: byte-shuffle controls that pick int16 scales (2j, 2j + 1) of a 4-pair group into the
+  // low and high 128 bits.
+  alignas(32) static constexpr std::int8_t kPick[4][32] = {
+      {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+       2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+      {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5,
+       6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+      {8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,
+       10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+      {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13,
+       14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15}};
+  for (std::size_t sb = 0; sb < nsb; ++sb) {
+    alignas(32) float f[R][8];
+    __m256i sc16[R][2];  // Q6_K: scales 0-7 and 8-15 as int16, in both 128-bit halves
+    for (int r = 0; r < R; ++r) {
+      const std::uint8_t* blk = w + r * rb + sb * kBytes;
+      prefetch_ahead(blk, 2 * kBytes);
+      if constexpr (D == DType::Q4_K) {
+        const std::uint8_t* sp = blk + 4;
+        alignas(32) std::int32_t sc[8], m[8];
+        for (int j = 0; j < 4; ++j) {
+          sc[j] = sp[j] & 63;
+          m[j] = sp[j + 4] & 63;
+          sc[j + 4] = (sp[j + 8] & 0xF) | ((sp[j] >> 6) << 4);
+          m[j + 4] = (sp[j + 8] >> 4) | ((sp[j + 4] >> 6) << 4);
+        }
+        const __m256 fv =
+            _mm256_mul_ps(_mm256_set1_ps(h2f(blk)),
+                          _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<__m256i*>(sc))));
+        _mm256_store_ps(f[r], fv);
+        const __m256 mv =
+            _mm256_mul_ps(_mm256_set1_ps(h2f(blk + 2)),
+                          _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<__m256i*>(m))));
+        for (int t = 0; t < TT; ++t) {
+          const __m256 dv = _mm256_loadu_ps(xd + t * nb + sb * 8);
+          const __m256 sum = _mm256_cvtepi32_ps(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + t * nb + sb * 8)));
+          macc[r][t] = _mm256_fmadd_ps(mv, _mm256_mul_ps(dv, sum), macc[r][t]);
+        }
+      } else {
+        const float d = h2f(blk + 208);
+        for (int j = 0; j < 8; ++j) f[r][j] = d;
+        const __m256i all = _mm256_cvtepi8_epi16(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));  // 16 x int16
+        sc16[r][0] = _mm256_permute2x128_si256(all, all, 0x00);
+        sc16[r][1] = _mm256_permute2x128_si256(all, all, 0x11);
+      }
+    }
+    for (int j = 0; j < 8; ++j) {
+      const std::size_t b = sb * 8 + static_cast<std::size_t>(j);
+      __m256i xv[TT];
+      float dx[TT];
+      for (int t = 0; t < TT; ++t) {
+        xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * K + b * 32));
+        dx[t] = xd[t * nb + b];
+      }
+      for (int r = 0; r < R; ++r) {
+        const std::uint8_t* blk = w + r * rb + sb * kBytes;
+        if constexpr (D == DType::Q4_K) {
+          const __m256i qs =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (j / 2)));
+          const __m256i q =
+              _mm256_and_si256(_mm256_srli_epi16(qs, (j % 2) * 4), _mm256_set1_epi8(0x0F));
+          for (int t = 0; t < TT; ++t) {
+            const __m256i p =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv[t]), _mm256_set1_epi16(1));
+            acc[r][t] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f[r][j] * dx[t]), acc[r][t]);
+          }
+        } else {
+          Dec dq;
+          decode<D>(w + r * rb, b, dq);  // the quants (its scale vector is replaced below)
+          const __m256i mul = _mm256_shuffle_epi8(
+              sc16[r][j / 4], _mm256_load_si256(reinterpret_cast<const __m256i*>(kPick[j % 4])));
+          const __m256i aq = _mm256_abs_epi8(dq.q);
+          for (int t = 0; t < TT; ++t) {
+            const __m256i p =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv[t], dq.q)), mul);
+            acc[r][t] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f[r][j] * dx[t]), acc[r][t]);
+          }
+        }
+      }
+    }
+  }
+  for (int t = 0; t < TT; ++t)
+    for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]) - hsum(macc[r][t]);
+}
+
+template <DType D, int R, int TT>
+void any_tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x,
+              std::size_t K, std::size_t t0, float* y, std::size_t ldy) {
+  if constexpr (D == DType::Q4_K || D == DType::Q6_K)
+    tile_k<D, R, TT>(w, rb, x, K, t0, y, ldy);
+  else
+    tile<D, R, TT>(w, rb, x, K, t0, y, ldy);
+}
+
 template <DType D, int R>
 void tile_rows(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x,
                std::size_t K, std::size_t t0, std::size_t tn, float* y, std::size_t ldy) {
   std::size_t t = t0;
-  for (; t + 4 <= tn; t += 4) tile<D, R, 4>(w, rb, x, K, t, y + t * ldy, ldy);
+  for (; t + 4 <= tn; t += 4) any_tile<D, R, 4>(w, rb, x, K, t, y + t * ldy, ldy);
   switch (tn - t) {
     case 3:
-      tile<D, R, 3>(w, rb, x, K, t, y + t * ldy, ldy);
+      any_tile<D, R, 3>(w, rb, x, K, t, y + t * ldy, ldy);
       break;
     case 2:
-      tile<D, R, 2>(w, rb, x, K, t, y + t * ldy, ldy);
+      any_tile<D, R, 2>(w, rb, x, K, t, y + t * ldy, ldy);
       break;
     case 1:
-      tile<D, R, 1>(w, rb, x, K, t, y + t * ldy, ldy);
+      any_tile<D, R, 1>(w, rb, x, K, t, y + t * ldy, ldy);
       break;
     default:
       break;

@@ -56,7 +56,8 @@ void setup(CLI::App& app) {
 
 const RegisterCommand reg(
     "make-model",
-    "Write a random-weight checkpoint of a real model shape (config, safetensors, tokenizer)",
+    "Write a random-weight checkpoint of a real model shape (config, safetensors, tokenizer), or "
+    "one GGUF file",
     setup);
 
 }  // namespace
