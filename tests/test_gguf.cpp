@@ -714,68 +714,98 @@ std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& ids) {
 // make-model --format gguf: each quantized type (and the Q4_K_M mix) written, loaded, and run;
 // its logits compared with the same file's weights dequantized to f32 (written here as an f32
 // GGUF). The two differ only by the 8-bit activations of the quantized matmuls (bounded per
-// product by the kernel tests): measured 0.66-0.72 on logits spanning about 110, held to 2% of
-// the span. A weight decoded wrongly moves the logits by the weights' whole scale; the weights'
-// own quantization (these files against the f32 file of the same seed) moves them by 9.5 (Q4_0),
-// 8.2 (Q4_K), 4.9 (Q5_0), 2.2 (Q6_K) and 0.5 (Q8_0).
+// product by the kernel tests): measured 0.66-0.72 on tiny-256's logits (spanning about 110)
+// and 0.042-0.055 on tiny-llama-256's (spanning about 7.5), held to 2% of the span. The two
+// shapes cover tied and untied outputs, and the llama Q/K rows put back in order while quantized. A
+// weight decoded wrongly moves the logits by the weights' whole scale; the weights' own
+// quantization (these files against the f32 file of the same seed) moves them by 9.5 (Q4_0), 8.2
+// (Q4_K), 4.9 (Q5_0), 2.2 (Q6_K) and 0.5 (Q8_0).
 TEST(GgufQuantized, MakeModelFilesMatchTheirDequantizedWeights) {
   test::TempDir dir("gguf-q");
   const std::vector<int32_t> ids = {5, 17, 3, 42, 8, 1, 99, 300, 7, 1000};
-  for (const char* dtype : {"q8_0", "q4_0", "q5_0", "q4_k", "q6_k", "q4_k_m"}) {
-    SCOPED_TRACE(dtype);
+  for (const char* shape : {"tiny-256", "tiny-llama-256"})
+    for (const char* dtype : {"q8_0", "q4_0", "q5_0", "q4_k", "q6_k", "q4_k_m"}) {
+      SCOPED_TRACE(std::string(shape) + " " + dtype);
+      const bool tied = std::string(shape) == "tiny-256";
+      RandomCheckpointOptions options;
+      options.shape = shape;
+      options.seed = 3;
+      options.q4_k_m = std::string(dtype) == "q4_k_m";
+      options.dtype = options.q4_k_m ? DType::Q4_K : parse_dtype(dtype);
+      const fs::path path = dir.path() / (std::string(shape) + dtype + ".gguf");
+      write_random_gguf(path, options);
+      const GgufFile file(path);
+      // Every matrix in the requested type (tiny-256's rows are 256 or 512 long).
+      for (const GgufTensor& t : file.tensors()) {
+        if (t.dims.size() == 1) {
+          EXPECT_STREQ(t.type->name.data(), "F32") << t.name;
+          continue;
+        }
+        std::string want = options.q4_k_m ? "Q4_K" : std::string(dtype_name(options.dtype));
+        for (auto& ch : want) ch = static_cast<char>(std::toupper(ch));
+        // The output matrix (tiny-256 ties it to the embedding); use_more_bits(1, 2) for the last
+        // layer's attn_v and ffn_down.
+        if (options.q4_k_m &&
+            (t.name == (tied ? "token_embd.weight" : "output.weight") ||
+             t.name == "blk.1.attn_v.weight" || t.name == "blk.1.ffn_down.weight"))
+          want = "Q6_K";
+        EXPECT_EQ(std::string(t.type->name), want) << t.name;
+      }
+      GgufBuilder f32;
+      copy_metadata(file, f32);
+      for (const GgufTensor& t : file.tensors()) {
+        std::vector<float> v(static_cast<std::size_t>(t.numel()));
+        const auto dt = t.dims.size() == 1 ? DType::F32 : parse_dtype(t.type->name);
+        const auto cols = static_cast<std::size_t>(t.dims[0]);
+        for (std::size_t r = 0; r < v.size() / cols; ++r) {
+          const auto* row =
+              reinterpret_cast<const std::uint8_t*>(t.data) + r * dtype_row_bytes(dt, cols);
+          if (dtype_is_quantized(dt))
+            quant::dequantize_row(dt, row, cols, v.data() + r * cols);
+          else
+            std::memcpy(v.data() + r * cols, row, cols * 4);
+        }
+        f32.add_f32_tensor(t.name, {t.dims.begin(), t.dims.end()}, v);
+      }
+      const auto quantized = Model::load(path);
+      const auto dequantized =
+          Model::load(dir.write(std::string(shape) + dtype + "-f32.gguf", f32.build()));
+      EXPECT_LT(quantized->weight_bytes() * 3, dequantized->weight_bytes());
+      const auto a = all_logits(*quantized, ids), b = all_logits(*dequantized, ids);
+      double diff = 0.0, lo = b[0], hi = b[0];
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(a[i]));
+        diff = std::max(diff, std::abs(double(a[i]) - b[i]));
+        lo = std::min(lo, double(b[i]));
+        hi = std::max(hi, double(b[i]));
+      }
+      std::printf(
+          "[gguf] make-model %s %s: max |logit difference| vs its dequantized f32 weights %.4g "
+          "(logits span %.3g)\n",
+          shape, dtype, diff, hi - lo);
+      EXPECT_LE(diff, 0.02 * (hi - lo));
+    }
+}
+
+// The same seed gives the same weights in both formats: make-model's f32 GGUF (GGUF names, Q/K
+// rows in llama.cpp's rotary-pair order for the llama shape) gives its f32 checkpoint's logits.
+TEST(GgufQuantized, MakeModelF32GgufEqualsItsCheckpoint) {
+  test::TempDir dir("gguf-mm");
+  const std::vector<int32_t> ids = {5, 17, 3, 42, 8, 1, 99};
+  for (const char* shape : {"tiny-256", "tiny-llama-256"}) {
+    SCOPED_TRACE(shape);
     RandomCheckpointOptions options;
-    options.shape = "tiny-256";
-    options.seed = 3;
-    options.q4_k_m = std::string(dtype) == "q4_k_m";
-    options.dtype = options.q4_k_m ? DType::Q4_K : parse_dtype(dtype);
-    const fs::path path = dir.path() / (std::string(dtype) + ".gguf");
-    write_random_gguf(path, options);
-    const GgufFile file(path);
-    // Every matrix in the requested type (tiny-256's rows are 256 or 512 long).
-    for (const GgufTensor& t : file.tensors()) {
-      if (t.dims.size() == 1) {
-        EXPECT_STREQ(t.type->name.data(), "F32") << t.name;
-        continue;
-      }
-      std::string want = options.q4_k_m ? "Q4_K" : std::string(dtype_name(options.dtype));
-      for (auto& ch : want) ch = static_cast<char>(std::toupper(ch));
-      if (options.q4_k_m && (t.name == "token_embd.weight" || t.name == "blk.1.attn_v.weight" ||
-                             t.name == "blk.1.ffn_down.weight"))
-        want = "Q6_K";  // tied output; use_more_bits(1, 2) for the last layer
-      EXPECT_EQ(std::string(t.type->name), want) << t.name;
-    }
-    GgufBuilder f32;
-    copy_metadata(file, f32);
-    for (const GgufTensor& t : file.tensors()) {
-      std::vector<float> v(static_cast<std::size_t>(t.numel()));
-      const auto dt = t.dims.size() == 1 ? DType::F32 : parse_dtype(t.type->name);
-      const auto cols = static_cast<std::size_t>(t.dims[0]);
-      for (std::size_t r = 0; r < v.size() / cols; ++r) {
-        const auto* row =
-            reinterpret_cast<const std::uint8_t*>(t.data) + r * dtype_row_bytes(dt, cols);
-        if (dtype_is_quantized(dt))
-          quant::dequantize_row(dt, row, cols, v.data() + r * cols);
-        else
-          std::memcpy(v.data() + r * cols, row, cols * 4);
-      }
-      f32.add_f32_tensor(t.name, {t.dims.begin(), t.dims.end()}, v);
-    }
-    const auto quantized = Model::load(path);
-    const auto dequantized = Model::load(dir.write(std::string(dtype) + "-f32.gguf", f32.build()));
-    EXPECT_LT(quantized->weight_bytes() * 3, dequantized->weight_bytes());
-    const auto a = all_logits(*quantized, ids), b = all_logits(*dequantized, ids);
-    double diff = 0.0, lo = b[0], hi = b[0];
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(a[i]));
-      diff = std::max(diff, std::abs(double(a[i]) - b[i]));
-      lo = std::min(lo, double(b[i]));
-      hi = std::max(hi, double(b[i]));
-    }
-    std::printf(
-        "[gguf] make-model %s: max |logit difference| vs its dequantized f32 weights %.4g "
-        "(logits span %.3g)\n",
-        dtype, diff, hi - lo);
-    EXPECT_LE(diff, 0.02 * (hi - lo));
+    options.shape = shape;
+    options.seed = 9;
+    options.dtype = DType::F32;
+    write_random_checkpoint(dir.path() / shape, options);
+    const fs::path file = dir.path() / (std::string(shape) + ".gguf");
+    write_random_gguf(file, options);
+    const auto a = all_logits(*Model::load(dir.path() / shape), ids);
+    const auto b = all_logits(*Model::load(file), ids);
+    double diff = 0.0;
+    for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(double(a[i]) - b[i]));
+    EXPECT_LE(diff, 1e-5);
   }
 }
 

@@ -65,6 +65,10 @@ const std::vector<ShapeEntry>& shapes() {
     t.push_back({"tiny-256", "qwen",
                  make(Architecture::Qwen2, "Qwen2ForCausalLM", 256, 512, 2, 4, 2, 64, 1024, 1e6f,
                       1e-6f, true, 4096)});
+    // The same as a Llama (untied output, no biases, rotary pairs permuted in GGUF files).
+    t.push_back({"tiny-llama-256", "r1-llama",
+                 make(Architecture::Llama, "LlamaForCausalLM", 256, 512, 2, 4, 2, 64, 1024, 5e5f,
+                      1e-5f, false, 4096)});
     t.push_back({"qwen2.5-0.5b", "qwen",
                  make(Architecture::Qwen2, "Qwen2ForCausalLM", 896, 4864, 24, 14, 2, 64, 151936,
                       1e6f, 1e-6f, true, 32768)});

@@ -13,8 +13,9 @@
 
 namespace rkv {
 
-// The shapes make-model knows: tiny, tiny-r1 (tiny with the DeepSeek-R1 template), tiny-256
-// (rows of 256 and 512, for K-quant GGUF tests), qwen2.5-0.5b,
+// The shapes make-model knows: tiny, tiny-r1 (tiny with the DeepSeek-R1 template), tiny-256 and
+// tiny-llama-256 (Qwen2 and Llama with rows of 256 and 512, for K-quant GGUF tests),
+// qwen2.5-0.5b,
 // qwen3-0.6b, r1-distill-qwen-1.5b,
 // r1-distill-llama-8b. Throws rkv::Error for an unknown name (listing the known ones).
 ModelConfig shape_config(const std::string& name);
