@@ -361,6 +361,10 @@ void write_synthetic_tokenizer(const std::filesystem::path& dir, const ModelConf
 
 void write_random_checkpoint(const std::filesystem::path& dir,
                              const RandomCheckpointOptions& options, std::FILE* log) {
+  if (dtype_is_quantized(options.dtype) || options.q4_k_m)
+    throw Error("make-model: safetensors checkpoints hold f32, bf16 or f16 weights, not " +
+                std::string(options.q4_k_m ? "q4_k_m" : dtype_name(options.dtype)) +
+                " (write a GGUF file for quantized weights)");
   const ShapeEntry& entry = find_shape(options.shape);
   ModelConfig c = entry.config;
   std::filesystem::create_directories(dir);
