@@ -220,21 +220,27 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
       const std::uint8_t* blk = w + r * rb + sb * kBytes;
       prefetch_ahead(blk, 2 * kBytes);
       if constexpr (D == DType::Q4_K) {
-        const std::uint8_t* sp = blk + 4;
-        alignas(32) std::int32_t sc[8], m[8];
-        for (int j = 0; j < 4; ++j) {
-          sc[j] = sp[j] & 63;
-          m[j] = sp[j + 4] & 63;
-          sc[j + 4] = (sp[j + 8] & 0xF) | ((sp[j] >> 6) << 4);
-          m[j + 4] = (sp[j + 8] >> 4) | ((sp[j + 4] >> 6) << 4);
-        }
-        const __m256 fv =
-            _mm256_mul_ps(_mm256_set1_ps(h2f(blk)),
-                          _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<__m256i*>(sc))));
+        // The eight 6-bit scales and mins, four bytes at a time (quant.h's layout): sc[0..3] and
+        // m[0..3] are the low 6 bits of bytes 0-3 and 4-7; sc[4..7] and m[4..7] the low and high
+        // nibbles of bytes 8-11 with bits 6-7 of bytes 0-3 and 4-7 above them.
+        std::uint32_t w0, w1, w2;
+        std::memcpy(&w0, blk + 4, 4);
+        std::memcpy(&w1, blk + 8, 4);
+        std::memcpy(&w2, blk + 12, 4);
+        const std::uint64_t sc8 =
+            (w0 & 0x3f3f3f3fu) |
+            static_cast<std::uint64_t>((w2 & 0x0f0f0f0fu) | (((w0 >> 6) & 0x03030303u) << 4)) << 32;
+        const std::uint64_t m8 =
+            (w1 & 0x3f3f3f3fu) |
+            static_cast<std::uint64_t>(((w2 >> 4) & 0x0f0f0f0fu) | (((w1 >> 6) & 0x03030303u) << 4))
+                << 32;
+        const __m256 fv = _mm256_mul_ps(_mm256_set1_ps(h2f(blk)),
+                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                            _mm_cvtsi64_si128(static_cast<long long>(sc8)))));
         _mm256_store_ps(f[r], fv);
-        const __m256 mv =
-            _mm256_mul_ps(_mm256_set1_ps(h2f(blk + 2)),
-                          _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<__m256i*>(m))));
+        const __m256 mv = _mm256_mul_ps(_mm256_set1_ps(h2f(blk + 2)),
+                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                            _mm_cvtsi64_si128(static_cast<long long>(m8)))));
         for (int t = 0; t < TT; ++t) {
           const __m256 dv = _mm256_loadu_ps(xd + t * nb + sb * 8);
           const __m256 sum = _mm256_cvtepi32_ps(
@@ -250,6 +256,7 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
         sc16[r][1] = _mm256_permute2x128_si256(all, all, 0x11);
       }
     }
+#pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       const std::size_t b = sb * 8 + static_cast<std::size_t>(j);
       __m256i xv[TT];
