@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "model/gguf.h"
 
 namespace rkv {
 
@@ -22,28 +23,6 @@ void put_str(std::string& s, const std::string& v) {
 }
 
 }  // namespace
-
-std::uint32_t ggml_type_id(DType t) {
-  switch (t) {
-    case DType::F32:
-      return 0;
-    case DType::F16:
-      return 1;
-    case DType::BF16:
-      return 30;
-    case DType::Q4_0:
-      return 2;
-    case DType::Q5_0:
-      return 6;
-    case DType::Q8_0:
-      return 8;
-    case DType::Q4_K:
-      return 12;
-    case DType::Q6_K:
-      return 14;
-  }
-  return 0;
-}
 
 void GgufWriter::add_u32(const std::string& key, std::uint32_t v) {
   put_str(kv_, key);

@@ -12,9 +12,6 @@
 
 namespace rkv {
 
-// ggml's type id of a weight type.
-std::uint32_t ggml_type_id(DType t);
-
 class GgufWriter {
  public:
   void add_u32(const std::string& key, std::uint32_t v);

@@ -28,30 +28,6 @@ using Shape = std::vector<std::int64_t>;
 
 constexpr const char* kSupportedTypes = "F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K";
 
-// The weight type of a ggml type id (nullopt for the types not read here).
-std::optional<DType> weight_dtype(std::uint32_t id) {
-  switch (id) {
-    case kGgmlF32:
-      return DType::F32;
-    case kGgmlF16:
-      return DType::F16;
-    case kGgmlBf16:
-      return DType::BF16;
-    case 8:
-      return DType::Q8_0;
-    case 2:
-      return DType::Q4_0;
-    case 6:
-      return DType::Q5_0;
-    case 12:
-      return DType::Q4_K;
-    case 14:
-      return DType::Q6_K;
-    default:
-      return std::nullopt;
-  }
-}
-
 struct GgufLoader {
   const GgufFile& g;
   std::string where;
@@ -73,7 +49,7 @@ struct GgufLoader {
   }
 
   DType dtype_of(const GgufTensor& t) const {
-    if (const auto dt = weight_dtype(t.type->id)) return *dt;
+    if (const auto dt = dtype_of_ggml_type(t.type->id)) return *dt;
     if (t.type->block_elements > 1)
       fail("tensor " + t.name + " has the quantized type " + std::string(t.type->name) +
            ", which this build does not read (supported: " + kSupportedTypes + ")");
