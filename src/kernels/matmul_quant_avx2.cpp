@@ -422,7 +422,8 @@ void quantize_activations_avx2(const float* x, std::size_t T, std::size_t K, std
       s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
       s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
       sum[t * nb + b] = _mm_cvtsi128_si32(s4);
-      d[t * nb + b] = _cvtsh_ss(_cvtss_sh(dd, _MM_FROUND_TO_NEAREST_INT));
+      d[t * nb + b] =
+          _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(dd), _MM_FROUND_TO_NEAREST_INT)));
     }
   }
 }
