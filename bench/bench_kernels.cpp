@@ -13,6 +13,10 @@
 // Limits: the machine's streaming-read bandwidth and compute peak per instruction set and thread
 // count (kernels/limits.h), the ceilings the matmul figures are read against.
 //
+// QuantMatmul: kernels::matmul (activations quantized once, rows split over the threads) with
+// weights quantized to each GGUF type (quant::quantize_row), on the gate and down shapes, with
+// the machine's best instruction set; T=1 reports GB/s of quantized weights streamed.
+//
 //   rkv_bench --benchmark_filter=Matmul --benchmark_repetitions=3
 //   rkv_bench --benchmark_filter=Attention
 //   rkv_bench --benchmark_filter=Limits
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/quant.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
@@ -93,6 +98,42 @@ void BM_Matmul(benchmark::State& state, Isa isa, Shape shape, std::size_t T, int
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * static_cast<double>(elems) * static_cast<double>(T) * iters * 1e-9,
                          benchmark::Counter::kIsRate);
+}
+
+void BM_QuantMatmul(benchmark::State& state, DType dtype, Shape shape, std::size_t T, int threads) {
+  const std::size_t row_bytes = rkv::dtype_row_bytes(dtype, shape.k);
+  const std::size_t bytes = row_bytes * shape.n;
+  const std::size_t copies = T == 1 ? std::max<std::size_t>(1, kColdBytes / bytes) : 1;
+  std::vector<std::uint8_t> weights(bytes * copies);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  std::vector<float> row(shape.k);
+  for (std::size_t n = 0; n < shape.n; ++n) {
+    for (float& v : row) v = dist(rng);
+    rkv::quant::quantize_row(dtype, row.data(), shape.k, weights.data() + n * row_bytes);
+  }
+  for (std::size_t c = 1; c < copies; ++c)
+    std::memcpy(weights.data() + c * bytes, weights.data(), bytes);
+  std::vector<float> x(T * shape.k), y(T * shape.n);
+  std::normal_distribution<float> xd(0.0f, 1.0f);
+  for (float& v : x) v = xd(rng);
+  rkv::ThreadPool pool(threads);
+  std::size_t c = 0;
+  for (auto _ : state) {
+    const WeightView w{weights.data() + c * bytes, dtype, shape.n, shape.k};
+    rkv::kernels::matmul(x.data(), T, w, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    if (++c == copies) c = 0;
+  }
+  const double iters = static_cast<double>(state.iterations());
+  if (T == 1) {
+    state.counters["GB/s"] =
+        benchmark::Counter(static_cast<double>(bytes) * iters * 1e-9, benchmark::Counter::kIsRate);
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * static_cast<double>(shape.n * shape.k) * static_cast<double>(T) * iters * 1e-9,
+      benchmark::Counter::kIsRate);
 }
 
 void BM_Attention(benchmark::State& state, Isa isa, int n, rkv::KvDtype dtype) {
@@ -178,6 +219,21 @@ int register_benchmarks() {
           auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, isa, s, T, threads);
           b->Unit(benchmark::kMicrosecond)->UseRealTime();
           if (T == 512 && s.n > 100000) b->Iterations(2);
+        }
+      }
+    }
+  }
+  for (std::size_t T : {std::size_t{1}, std::size_t{512}}) {
+    for (const Shape& s : {kShapes[2], kShapes[3]}) {
+      for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q6_K}) {
+        if (s.k % rkv::dtype_block_elements(dtype) != 0) continue;
+        for (int threads : {1, 2}) {
+          const std::string name = std::string("QuantMatmul/") + s.name + "/T" + std::to_string(T) +
+                                   "/" + std::string(rkv::dtype_name(dtype)) +
+                                   "/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), BM_QuantMatmul, dtype, s, T, threads)
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
         }
       }
     }

@@ -5,17 +5,21 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <optional>
 
 #include "core/error.h"
+#include "core/quant.h"
 #include "engine/steering.h"
 #include "model/gguf.h"
 #include "model/model.h"
+#include "model/random_checkpoint.h"
 #include "model/safetensors.h"
 #include "rkv/tokenizer.h"
 #include "test_util.h"
@@ -382,12 +386,12 @@ TEST(GgufModel, BadModelsAreRefusedClearly) {
             std::string::npos)
       << msg;
 
-  // A Q8_0 tensor: refused, naming the type and the tensor, never dequantized.
+  // A quantized type this build does not read (Q4_1): refused, naming the type and the tensor.
   b = tiny_llama();
-  b.tensors[7] = {"blk.0.ffn_gate.weight", {32, 12}, 8, std::string(12 * 34, '\0'), std::nullopt};
+  b.tensors[7] = {"blk.0.ffn_gate.weight", {32, 12}, 3, std::string(12 * 20, '\0'), std::nullopt};
   msg = model_error(dir, b.build());
-  EXPECT_NE(msg.find("quantized GGUF weights (Q8_0) are not supported yet: 1 tensor is "
-                     "quantized, the first being blk.0.ffn_gate.weight (Q8_0)"),
+  EXPECT_NE(msg.find("tensor blk.0.ffn_gate.weight has the quantized type Q4_1, which this build "
+                     "does not read (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K)"),
             std::string::npos)
       << msg;
 
@@ -637,6 +641,197 @@ TEST(GgufModel, CheckpointAsGgufGivesTheSameLogits) {
   EXPECT_GT(diff, 1e-4);
 }
 
+// ---- quantized tensors ------------------------------------------------------------------------
+
+// A quantized tensor whose size does not fit its block layout is refused, naming it: a row that
+// is not a multiple of the block (Q4_0: 32, Q4_K and Q6_K: 256), data that the blocks of its
+// dimensions would carry past the end of the file.
+TEST(GgufQuantized, MalformedQuantizedTensorsAreNamed) {
+  test::TempDir dir("gguf");
+  const std::pair<std::uint32_t, std::uint64_t> bad_rows[] = {{2, 48}, {12, 32}, {14, 288}};
+  for (const auto& [type, cols] : bad_rows) {
+    GgufBuilder b = small_file();
+    b.tensors[0] = {"q", {cols, 2}, type, std::string(1024, '\0'), std::nullopt};
+    const std::string msg = gguf_error(dir, b.build());
+    const std::string block = type == 2 ? "32" : "256";
+    EXPECT_NE(msg.find("tensor q of type " + std::string(ggml_type_info(type)->name) + " has " +
+                       std::to_string(cols) + " columns, not a multiple of its block of " + block),
+              std::string::npos)
+        << msg;
+  }
+  // Two rows of Q8_0 blocks need 2 x 34 bytes; the file ends 10 bytes short.
+  GgufBuilder b;
+  b.add_str("general.architecture", "llama");
+  b.tensors.push_back({"q", {32, 2}, 8, std::string(58, '\1'), std::nullopt});
+  std::string msg = gguf_error(dir, b.build());
+  EXPECT_NE(msg.find("tensor q: its data (68 bytes at offset 0) lies outside the file's 58 data "
+                     "bytes: truncated or corrupt"),
+            std::string::npos)
+      << msg;
+  // Q6_K's 210-byte blocks: a 256 x 3 tensor is 630 bytes.
+  b.tensors[0] = {"q", {256, 3}, 14, std::string(630, '\1'), std::nullopt};
+  EXPECT_EQ(gguf_error(dir, b.build()), "");
+  b.tensors[0].data.resize(629);
+  msg = gguf_error(dir, b.build());
+  EXPECT_NE(msg.find("tensor q: its data (630 bytes at offset 0) lies outside"), std::string::npos)
+      << msg;
+}
+
+// The GGUF text of a model file's metadata (the u32, f32, bool and string entries make-model
+// writes), so a file can be rewritten with other tensors.
+void copy_metadata(const GgufFile& from, GgufBuilder& to) {
+  for (const auto& [key, v] : from.metadata()) {
+    switch (v.type) {
+      case GgufValueType::Uint32:
+        to.add_u32(key, static_cast<std::uint32_t>(v.integer));
+        break;
+      case GgufValueType::Float32:
+        to.add_f32(key, static_cast<float>(v.real));
+        break;
+      case GgufValueType::String:
+        to.add_str(key, v.text);
+        break;
+      default:
+        ADD_FAILURE() << "metadata " << key << " of an unexpected type";
+    }
+  }
+}
+
+// Logits of every position of `ids` (f32 KV cache).
+std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& ids) {
+  const auto V = static_cast<std::size_t>(m.config().vocab_size);
+  std::vector<float> out(ids.size() * V);
+  KvCache cache(m.cache_shape(64, 8, KvDtype::f32));
+  ForwardScratch scratch;
+  ThreadPool pool(2);
+  std::vector<ForwardRow> rows;
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    rows.push_back({&cache, ids[i], static_cast<int>(i), true});
+  m.forward(rows, scratch, pool, out.data());
+  return out;
+}
+
+// make-model --format gguf: each quantized type (and the Q4_K_M mix) written, loaded, and run;
+// its logits compared with the same file's weights dequantized to f32 (written here as an f32
+// GGUF). The two differ only by the 8-bit activations of the quantized matmuls (bounded per
+// product by the kernel tests): measured 0.66-0.72 on tiny-256's logits (spanning about 110)
+// and 0.042-0.055 on tiny-llama-256's (spanning about 7.5), held to 2% of the span. The two
+// shapes cover tied and untied outputs, and the llama Q/K rows put back in order while quantized. A
+// weight decoded wrongly moves the logits by the weights' whole scale; the weights' own
+// quantization (these files against the f32 file of the same seed) moves them by 9.5 (Q4_0), 8.2
+// (Q4_K), 4.9 (Q5_0), 2.2 (Q6_K) and 0.5 (Q8_0).
+TEST(GgufQuantized, MakeModelFilesMatchTheirDequantizedWeights) {
+  test::TempDir dir("gguf-q");
+  const std::vector<int32_t> ids = {5, 17, 3, 42, 8, 1, 99, 300, 7, 1000};
+  for (const char* shape : {"tiny-256", "tiny-llama-256"})
+    for (const char* dtype : {"q8_0", "q4_0", "q5_0", "q4_k", "q6_k", "q4_k_m"}) {
+      SCOPED_TRACE(std::string(shape) + " " + dtype);
+      const bool tied = std::string(shape) == "tiny-256";
+      RandomCheckpointOptions options;
+      options.shape = shape;
+      options.seed = 3;
+      options.q4_k_m = std::string(dtype) == "q4_k_m";
+      options.dtype = options.q4_k_m ? DType::Q4_K : parse_dtype(dtype);
+      const fs::path path = dir.path() / (std::string(shape) + dtype + ".gguf");
+      write_random_gguf(path, options);
+      const GgufFile file(path);
+      // Every matrix in the requested type (tiny-256's rows are 256 or 512 long).
+      for (const GgufTensor& t : file.tensors()) {
+        if (t.dims.size() == 1) {
+          EXPECT_STREQ(t.type->name.data(), "F32") << t.name;
+          continue;
+        }
+        std::string want = options.q4_k_m ? "Q4_K" : std::string(dtype_name(options.dtype));
+        for (auto& ch : want) ch = static_cast<char>(std::toupper(ch));
+        // The output matrix (tiny-256 ties it to the embedding); use_more_bits(1, 2) for the last
+        // layer's attn_v and ffn_down.
+        if (options.q4_k_m &&
+            (t.name == (tied ? "token_embd.weight" : "output.weight") ||
+             t.name == "blk.1.attn_v.weight" || t.name == "blk.1.ffn_down.weight"))
+          want = "Q6_K";
+        EXPECT_EQ(std::string(t.type->name), want) << t.name;
+      }
+      GgufBuilder f32;
+      copy_metadata(file, f32);
+      for (const GgufTensor& t : file.tensors()) {
+        std::vector<float> v(static_cast<std::size_t>(t.numel()));
+        const auto dt = t.dims.size() == 1 ? DType::F32 : parse_dtype(t.type->name);
+        const auto cols = static_cast<std::size_t>(t.dims[0]);
+        for (std::size_t r = 0; r < v.size() / cols; ++r) {
+          const auto* row =
+              reinterpret_cast<const std::uint8_t*>(t.data) + r * dtype_row_bytes(dt, cols);
+          if (dtype_is_quantized(dt))
+            quant::dequantize_row(dt, row, cols, v.data() + r * cols);
+          else
+            std::memcpy(v.data() + r * cols, row, cols * 4);
+        }
+        f32.add_f32_tensor(t.name, {t.dims.begin(), t.dims.end()}, v);
+      }
+      const auto quantized = Model::load(path);
+      const auto dequantized =
+          Model::load(dir.write(std::string(shape) + dtype + "-f32.gguf", f32.build()));
+      EXPECT_LT(quantized->weight_bytes() * 3, dequantized->weight_bytes());
+      const auto a = all_logits(*quantized, ids), b = all_logits(*dequantized, ids);
+      double diff = 0.0, lo = b[0], hi = b[0];
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(a[i]));
+        diff = std::max(diff, std::abs(double(a[i]) - b[i]));
+        lo = std::min(lo, double(b[i]));
+        hi = std::max(hi, double(b[i]));
+      }
+      std::printf(
+          "[gguf] make-model %s %s: max |logit difference| vs its dequantized f32 weights %.4g "
+          "(logits span %.3g)\n",
+          shape, dtype, diff, hi - lo);
+      EXPECT_LE(diff, 0.02 * (hi - lo));
+    }
+}
+
+// The same seed gives the same weights in both formats: make-model's f32 GGUF (GGUF names, Q/K
+// rows in llama.cpp's rotary-pair order for the llama shape) gives its f32 checkpoint's logits.
+TEST(GgufQuantized, MakeModelF32GgufEqualsItsCheckpoint) {
+  test::TempDir dir("gguf-mm");
+  const std::vector<int32_t> ids = {5, 17, 3, 42, 8, 1, 99};
+  for (const char* shape : {"tiny-256", "tiny-llama-256"}) {
+    SCOPED_TRACE(shape);
+    RandomCheckpointOptions options;
+    options.shape = shape;
+    options.seed = 9;
+    options.dtype = DType::F32;
+    write_random_checkpoint(dir.path() / shape, options);
+    const fs::path file = dir.path() / (std::string(shape) + ".gguf");
+    write_random_gguf(file, options);
+    const auto a = all_logits(*Model::load(dir.path() / shape), ids);
+    const auto b = all_logits(*Model::load(file), ids);
+    double diff = 0.0;
+    for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(double(a[i]) - b[i]));
+    EXPECT_LE(diff, 1e-5);
+  }
+}
+
+// gguf_weight_type on the Qwen2.5-0.5B shape, llama-quantize's Q4_K_M rule: rows of 896 hold no
+// 256-element super-block, so Q4_K falls back to Q5_0 and Q6_K to Q8_0; ffn_down (rows of 4864)
+// keeps K-quants, Q6_K where use_more_bits(layer, 24).
+TEST(GgufQuantized, Q4KMRuleOnTheQwen25Shape) {
+  const ModelConfig c = shape_config("qwen2.5-0.5b");
+  auto type = [&](const std::string& name, int layer, std::int64_t cols) {
+    return gguf_weight_type(name, layer, c, cols, DType::Q4_K, true);
+  };
+  EXPECT_EQ(type("token_embd.weight", -1, 896), DType::Q8_0);  // tied output: Q6_K -> Q8_0
+  EXPECT_EQ(type("blk.0.attn_q.weight", 0, 896), DType::Q5_0);
+  EXPECT_EQ(type("blk.0.attn_v.weight", 0, 896), DType::Q8_0);  // first eighth: Q6_K -> Q8_0
+  EXPECT_EQ(type("blk.4.attn_v.weight", 4, 896), DType::Q5_0);
+  EXPECT_EQ(type("blk.5.attn_v.weight", 5, 896), DType::Q8_0);  // (5 - 3) % 3 == 2
+  EXPECT_EQ(type("blk.0.ffn_down.weight", 0, 4864), DType::Q6_K);
+  EXPECT_EQ(type("blk.4.ffn_down.weight", 4, 4864), DType::Q4_K);
+  EXPECT_EQ(type("blk.5.ffn_down.weight", 5, 4864), DType::Q6_K);
+  EXPECT_EQ(type("blk.21.ffn_down.weight", 21, 4864), DType::Q6_K);  // last eighth
+  EXPECT_EQ(type("blk.9.ffn_gate.weight", 9, 896), DType::Q5_0);
+  // Single types keep their type where the block fits.
+  EXPECT_EQ(gguf_weight_type("blk.0.attn_q.weight", 0, c, 896, DType::Q8_0, false), DType::Q8_0);
+  EXPECT_EQ(gguf_weight_type("blk.0.attn_q.weight", 0, c, 896, DType::Q6_K, false), DType::Q8_0);
+}
+
 // ---- against llama.cpp on stories260K ----------------------------------------------------------
 
 const char* const kGoldenFiles[] = {"stories260K-f32.gguf", "stories260K-f16.gguf",
@@ -659,22 +854,27 @@ TEST(GgufGolden, EveryFileParses) {
   }
 }
 
-TEST(GgufGolden, QuantizedFilesAreRefusedNotDequantized) {
+// The quantized files hold Q8_0 (and Q4_0) matrices next to f16 ones (ffn_down: 172 columns);
+// they load with every tensor's type kept, and their vocabulary reads as the f32 file's.
+TEST(GgufGolden, QuantizedFilesLoadWithTheirTypes) {
   RKV_REQUIRE_SHARED(shared);
-  const std::pair<const char*, const char*> cases[] = {
-      {"stories260K-q8_0.gguf", "quantized GGUF weights (Q8_0) are not supported yet"},
-      {"stories260K-q4_0.gguf", "quantized GGUF weights (Q4_0, Q8_0) are not supported yet"}};
-  for (const auto& [name, expected] : cases) {
-    try {
-      Model::load(shared / "golden/gguf" / name);
-      ADD_FAILURE() << name << " was loaded";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("the first being output.weight (Q8_0)"),
-                std::string::npos)
-          << e.what();
+  for (const char* name : {"stories260K-q8_0.gguf", "stories260K-q4_0.gguf"}) {
+    SCOPED_TRACE(name);
+    const GgufFile f(shared / "golden/gguf" / name);
+    std::map<std::string, int> types;
+    for (const GgufTensor& t : f.tensors()) ++types[std::string(t.type->name)];
+    EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type->name, "F16");
+    EXPECT_EQ(f.find_tensor("output.weight")->type->name, "Q8_0");
+    if (std::string(name) == "stories260K-q4_0.gguf") {
+      EXPECT_EQ(f.find_tensor("blk.0.attn_q.weight")->type->name, "Q4_0");
+      EXPECT_GT(types["Q4_0"], 0);
+    } else {
+      EXPECT_EQ(f.find_tensor("blk.0.attn_q.weight")->type->name, "Q8_0");
     }
-    // The vocabulary of a quantized file is still readable.
+    auto model = Model::load(shared / "golden/gguf" / name);
+    EXPECT_EQ(model->config().vocab_size, 512);
+    EXPECT_LT(model->weight_bytes(),
+              fs::file_size(shared / "golden/gguf/stories260K-f32.gguf") / 2);
     EXPECT_EQ(Tokenizer::load(shared / "golden/gguf" / name).vocab_size(), 512);
   }
 }
@@ -773,6 +973,75 @@ TEST(GgufGolden, F16GreedyIdsAndLogitsMatchLlamaCpp) {
   EXPECT_LE(diff, 5e-2) << "max |logit - llama.cpp's| " << diff << " (README tolerance 5e-2)";
 }
 
+// q8_0 and q4_0. rkv quantizes the activations to 8 bits in blocks of 32 before these products,
+// as llama.cpp does (kernels.h), but its rounding noise is not llama.cpp's bit for bit: measured,
+// rkv's logits lie 0.26-0.31 (q8_0) and 0.22-0.26 (q4_0) from llama.cpp's, about as far as each
+// engine's activation rounding moves its own logits (and the README's float64 reference, without
+// that rounding, lies up to 0.35 from llama.cpp's q8_0 logits). So these files are held to the
+// README's rule for an engine that does not reproduce llama.cpp's quantization: at least 90% of
+// the greedy ids (58 of 64 per prompt), counted step by step on llama.cpp's own continuation
+// (teacher forcing: rkv's argmax at each step against llama.cpp's id, then llama.cpp's id fed
+// in, so one early disagreement does not hide the agreement after it), and the largest logit
+// difference reported (and held within the README's float64 reference's 0.35).
+double run_golden_quantized(const fs::path& shared, const std::string& name) {
+  const auto path = shared / "golden/gguf" / name;
+  const auto golden = test::read_json(shared / "golden/gguf/golden.json");
+  const auto& runs = golden["models"][name];
+  EXPECT_EQ(runs.size(), 3u);
+  auto model = Model::load(path);
+  const int V = model->config().vocab_size;
+  ThreadPool pool(2);
+  double max_diff = 0.0;
+  for (const auto& run : runs) {
+    const std::string prompt = run["prompt"].get<std::string>();
+    SCOPED_TRACE(name + ": " + prompt);
+    const auto prompt_ids = run["prompt_ids"].get<std::vector<int32_t>>();
+    const auto expected = run["greedy_ids"].get<std::vector<int>>();
+    const auto& step_logits = run["logits_first_steps"];
+    KvCache cache(model->cache_shape(128, 8, KvDtype::f32));
+    ForwardScratch scratch;
+    std::vector<float> logits(static_cast<std::size_t>(V));
+    std::vector<ForwardRow> rows;
+    for (std::size_t i = 0; i < prompt_ids.size(); ++i)
+      rows.push_back({&cache, prompt_ids[i], static_cast<int>(i), i + 1 == prompt_ids.size()});
+    model->forward(rows, scratch, pool, logits.data());
+    int agree = 0, prefix = -1;
+    int pos = static_cast<int>(prompt_ids.size());
+    for (std::size_t step = 0; step < expected.size(); ++step) {
+      if (step < step_logits.size())
+        for (int v = 0; v < V; ++v)
+          max_diff = std::max(max_diff, std::abs(double(logits[static_cast<std::size_t>(v)]) -
+                                                 step_logits[step][v].get<double>()));
+      if (argmax(logits.data(), V) == expected[step])
+        ++agree;
+      else if (prefix < 0)
+        prefix = static_cast<int>(step);
+      ForwardRow row{&cache, expected[step], pos++, true};
+      model->forward({&row, 1}, scratch, pool, logits.data());
+    }
+    std::printf(
+        "[gguf] %s \"%s\": %d of 64 greedy ids equal llama.cpp's (first difference at "
+        "step %d)\n",
+        name.c_str(), prompt.c_str(), agree, prefix);
+    EXPECT_GE(agree, 58) << "fewer than 90% of llama.cpp's greedy ids";
+  }
+  std::printf("[gguf] %s: max |logit - llama.cpp's| over 3 prompts x 4 steps = %.3g\n",
+              name.c_str(), max_diff);
+  return max_diff;
+}
+
+TEST(GgufGolden, Q8_0GreedyIdsAgreeWithLlamaCpp) {
+  RKV_REQUIRE_SHARED(shared);
+  const double diff = run_golden_quantized(shared, "stories260K-q8_0.gguf");
+  EXPECT_LE(diff, 0.35) << "max |logit - llama.cpp's| " << diff;
+}
+
+TEST(GgufGolden, Q4_0GreedyIdsAgreeWithLlamaCpp) {
+  RKV_REQUIRE_SHARED(shared);
+  const double diff = run_golden_quantized(shared, "stories260K-q4_0.gguf");
+  EXPECT_LE(diff, 0.35) << "max |logit - llama.cpp's| " << diff;
+}
+
 // bf16: prompt ids and all 64 greedy ids of every prompt equal llama.cpp's (checked here).
 TEST(GgufGolden, Bf16GreedyIdsMatchLlamaCpp) {
   RKV_REQUIRE_SHARED(shared);
@@ -842,14 +1111,17 @@ TEST(GgufCli, GenerateAndTokenizeTakeAGgufFile) {
           test::rkv_binary() + " tokenize --tokenizer " + file + " --text 'Hello world' 2>&1", out),
       0);
   EXPECT_EQ(out, "[1,346,306,414,263,304,341]\n");
-  // A quantized file: a clear error and exit status 1, not a crash.
+  // A quantized file runs too: on this prompt rkv's 32 greedy ids equal llama.cpp's (all 64 do,
+  // GgufGolden.Q8_0GreedyIdsAgreeWithLlamaCpp).
+  const auto expected_q8 = golden["models"]["stories260K-q8_0.gguf"][0]["greedy_ids"];
   ASSERT_EQ(run_command(test::rkv_binary() + " generate -m " +
                             (shared / "golden/gguf/stories260K-q8_0.gguf").string() +
-                            " -p 'Once' -n 4 2>&1",
+                            " -p 'Once upon a time' -n 32 --temp 0 --ignore-eos --print-ids -t 2 "
+                            "2>/dev/null",
                         out),
-            1);
-  EXPECT_NE(out.find("quantized GGUF weights (Q8_0) are not supported yet"), std::string::npos)
-      << out;
+            0);
+  std::vector<int> want_q8(expected_q8.begin(), expected_q8.begin() + 32);
+  EXPECT_EQ(nlohmann::json::parse(out).get<std::vector<int>>(), want_q8) << out;
 }
 
 }  // namespace

@@ -237,6 +237,9 @@ Weights make_weights(DType dt, std::size_t N, std::size_t K, std::mt19937& rng) 
         w.h[i] = f32_to_f16(v);
         w.f32[i] = f16_to_f32(w.h[i]);
         break;
+      default:  // quantized types: tests/test_quant.cpp
+        ADD_FAILURE() << "make_weights takes f32, bf16 or f16";
+        return w;
     }
   }
   return w;

@@ -5,12 +5,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "kernels/limits.h"
 #include "model/model.h"
+#include "model/random_checkpoint.h"
 #include "test_util.h"
 
 namespace rkv {
@@ -87,6 +89,18 @@ TEST(MatmulFootprint, IsEveryProjectionAndTheOutputHead) {
   // The matrices are most of the checkpoint: what is left is the embedding (tied here or not)
   // and the norms and biases.
   EXPECT_LE(f.bytes, model->weight_bytes() + static_cast<std::size_t>(c.vocab_size) * h * 4);
+
+  // Quantized weights count their blocks: a Q8_0 row of 256 values is 8 blocks of 34 bytes.
+  const std::filesystem::path file = std::filesystem::temp_directory_path() /
+                                     ("rkv-footprint-" + std::to_string(::getpid()) + ".gguf");
+  RandomCheckpointOptions o;
+  o.shape = "tiny-256";
+  o.dtype = DType::Q8_0;
+  write_random_gguf(file, o);
+  auto q8 = Model::load(file);
+  std::filesystem::remove(file);
+  const Model::MatmulFootprint fq = q8->matmul_footprint();
+  EXPECT_EQ(fq.bytes, fq.params / 32 * 34);
 }
 
 }  // namespace

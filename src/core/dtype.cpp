@@ -12,6 +12,16 @@ std::string_view dtype_name(DType t) {
       return "bf16";
     case DType::F16:
       return "f16";
+    case DType::Q8_0:
+      return "q8_0";
+    case DType::Q4_0:
+      return "q4_0";
+    case DType::Q5_0:
+      return "q5_0";
+    case DType::Q4_K:
+      return "q4_k";
+    case DType::Q6_K:
+      return "q6_k";
   }
   return "?";
 }
@@ -20,7 +30,13 @@ DType parse_dtype(std::string_view name) {
   if (name == "f32" || name == "F32" || name == "float32") return DType::F32;
   if (name == "bf16" || name == "BF16" || name == "bfloat16") return DType::BF16;
   if (name == "f16" || name == "F16" || name == "float16") return DType::F16;
-  throw Error("unsupported dtype '" + std::string(name) + "' (expected f32, bf16 or f16)");
+  if (name == "q8_0" || name == "Q8_0") return DType::Q8_0;
+  if (name == "q4_0" || name == "Q4_0") return DType::Q4_0;
+  if (name == "q5_0" || name == "Q5_0") return DType::Q5_0;
+  if (name == "q4_k" || name == "Q4_K") return DType::Q4_K;
+  if (name == "q6_k" || name == "Q6_K") return DType::Q6_K;
+  throw Error("unsupported dtype '" + std::string(name) +
+              "' (expected f32, bf16, f16, q8_0, q4_0, q5_0, q4_k or q6_k)");
 }
 
 float f16_to_f32(std::uint16_t h) {

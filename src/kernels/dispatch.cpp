@@ -1,5 +1,6 @@
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -23,7 +24,15 @@ static bool cpu_has_f16c() {
 MatmulRowsFn matmul_rows_avx2_fn();
 MatmulRowsFn matmul_rows_avx512_fn();
 MatmulRowsFn matmul_rows_avx512bf16_fn();
+QuantizedRowsFn quantized_rows_avx2_fn();
+QuantizeActivationsFn quantize_activations_avx2_fn();
 #else
+static QuantizedRowsFn quantized_rows_avx2_fn() {
+  return nullptr;
+}
+static QuantizeActivationsFn quantize_activations_avx2_fn() {
+  return nullptr;
+}
 static MatmulRowsFn matmul_rows_avx2_fn() {
   return nullptr;
 }
@@ -59,6 +68,30 @@ MatmulRowsFn matmul_rows_for(Isa isa) {
       return matmul_rows_avx512_fn();
     case Isa::Avx512Bf16:
       return matmul_rows_avx512bf16_fn();
+  }
+  return nullptr;
+}
+
+QuantizedRowsFn quantized_rows_for(Isa isa) {
+  switch (isa) {
+    case Isa::Reference:
+      return &quantized_rows_reference;
+    case Isa::Avx2:
+    case Isa::Avx512:
+    case Isa::Avx512Bf16:
+      return quantized_rows_avx2_fn();
+  }
+  return nullptr;
+}
+
+QuantizeActivationsFn quantize_activations_for(Isa isa) {
+  switch (isa) {
+    case Isa::Reference:
+      return &quant::quantize_activations;
+    case Isa::Avx2:
+    case Isa::Avx512:
+    case Isa::Avx512Bf16:
+      return quantize_activations_avx2_fn();
   }
   return nullptr;
 }
@@ -110,6 +143,23 @@ Isa active_isa() {
 void matmul(const float* x, std::size_t T, const WeightView& w, float* y, ThreadPool& pool) {
   static const MatmulRowsFn rows_fn = matmul_rows_for(active_isa());
   const std::size_t N = w.rows;
+  if (dtype_is_quantized(w.dtype)) {
+    // The activations are quantized once, here, for every thread's rows.
+    static const QuantizedRowsFn qrows_fn = quantized_rows_for(active_isa());
+    static const QuantizeActivationsFn quantize_fn = quantize_activations_for(active_isa());
+    const std::size_t K = w.cols, nb = K / 32;
+    thread_local std::vector<std::int8_t> q;
+    thread_local std::vector<float> d;
+    thread_local std::vector<std::int32_t> sum;
+    q.resize(T * K);
+    d.resize(T * nb);
+    sum.resize(T * nb);
+    quantize_fn(x, T, K, q.data(), d.data(), sum.data());
+    const quant::ActivationBlocks xq{q.data(), d.data(), sum.data()};
+    pool.parallel_ranges(
+        N, 16, [&](std::size_t n0, std::size_t n1) { qrows_fn(xq, T, w, n0, n1, y, N); }, 4);
+    return;
+  }
   // Split the output rows: every thread streams its own slice of the weights once.
   pool.parallel_ranges(
       N, 16, [&](std::size_t n0, std::size_t n1) { rows_fn(x, T, w, n0, n1, y, N); }, 4);

@@ -9,12 +9,14 @@
 #include <string_view>
 
 #include "core/dtype.h"
+#include "core/quant.h"
 #include "core/thread_pool.h"
 
 namespace rkv::kernels {
 
 // A row-major weight matrix of `rows` x `cols` elements of type `dtype` (a Linear layer's
-// [out_features][in_features]), used in place from the memory-mapped checkpoint.
+// [out_features][in_features]), used in place from the memory-mapped checkpoint. A quantized
+// dtype (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K: core/quant.h) stores each row as cols / block blocks.
 struct WeightView {
   const void* data = nullptr;
   DType dtype = DType::F32;
@@ -24,6 +26,10 @@ struct WeightView {
 
 // y[t][n] = sum_k x[t][k] * w[n][k] for t < T, n < w.rows.
 // x: [T][w.cols] f32, y: [T][w.rows] f32. Accumulation is float32 (or better).
+// Quantized weights: x is first quantized to 8 bits in blocks of 32 (quant::quantize_activations,
+// as llama.cpp does for these dot products; it keeps llama.cpp's greedy ids on its own Q8_0/Q4_0
+// goldens), each row kernel quantizing the rows of x it is given; the products are integer per
+// 32-element block, scaled and summed in float32.
 void matmul(const float* x, std::size_t T, const WeightView& w, float* y, ThreadPool& pool);
 
 // One instruction set's implementation of matmul for the output rows [n0, n1): the unit that
@@ -43,5 +49,24 @@ MatmulRowsFn matmul_rows_for(Isa isa);
 // Portable reference implementation, the ground truth of the parity tests.
 void matmul_rows_reference(const float* x, std::size_t T, const WeightView& w, std::size_t n0,
                            std::size_t n1, float* y, std::size_t ldy);
+
+// ---- quantized weights ----
+// matmul quantizes the activations once (an ISA's QuantizeActivationsFn; every ISA's gives the
+// same bytes as quant::quantize_activations) and splits the rows over threads with that ISA's
+// QuantizedRowsFn. x holds T rows of w.cols activations, quantized.
+using QuantizedRowsFn = void (*)(const quant::ActivationBlocks& x, std::size_t T,
+                                 const WeightView& w, std::size_t n0, std::size_t n1, float* y,
+                                 std::size_t ldy);
+using QuantizeActivationsFn = void (*)(const float* x, std::size_t T, std::size_t K, std::int8_t* q,
+                                       float* d, std::int32_t* sum);
+// nullptr where this build has none. The AVX-512 ISAs use the AVX2 kernels for quantized types.
+QuantizedRowsFn quantized_rows_for(Isa isa);
+QuantizeActivationsFn quantize_activations_for(Isa isa);
+void quantized_rows_reference(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w,
+                              std::size_t n0, std::size_t n1, float* y, std::size_t ldy);
+// An ISA's matmul rows for quantized weights from f32 activations (quantized here, per call):
+// what each MatmulRowsFn runs for a quantized dtype.
+void quantized_rows_from_f32(Isa isa, const float* x, std::size_t T, const WeightView& w,
+                             std::size_t n0, std::size_t n1, float* y, std::size_t ldy);
 
 }  // namespace rkv::kernels

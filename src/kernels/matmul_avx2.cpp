@@ -304,6 +304,9 @@ void matmul_rows_avx2(const float* x, std::size_t T, const WeightView& w, std::s
     case DType::F16:
       rows_dtype<DType::F16>(x, T, w, n0, n1, y, ldy);
       break;
+    default:  // quantized weights
+      quantized_rows_from_f32(Isa::Avx2, x, T, w, n0, n1, y, ldy);
+      break;
   }
 }
 

@@ -314,6 +314,9 @@ void matmul_rows_avx512(const float* x, std::size_t T, const WeightView& w, std:
     case DType::F16:
       rows_dtype<DType::F16>(x, T, w, n0, n1, y, ldy);
       break;
+    default:  // quantized weights
+      quantized_rows_from_f32(Isa::Avx512, x, T, w, n0, n1, y, ldy);
+      break;
   }
 }
 

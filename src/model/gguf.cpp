@@ -249,6 +249,35 @@ std::size_t GgufValue::array_size() const {
   return integers.size();
 }
 
+std::uint32_t ggml_type_id(DType t) {
+  switch (t) {
+    case DType::F32:
+      return kGgmlF32;
+    case DType::F16:
+      return kGgmlF16;
+    case DType::BF16:
+      return kGgmlBf16;
+    case DType::Q4_0:
+      return 2;
+    case DType::Q5_0:
+      return 6;
+    case DType::Q8_0:
+      return 8;
+    case DType::Q4_K:
+      return 12;
+    case DType::Q6_K:
+      return 14;
+  }
+  return kGgmlF32;
+}
+
+std::optional<DType> dtype_of_ggml_type(std::uint32_t id) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0,
+                  DType::Q4_K, DType::Q6_K})
+    if (ggml_type_id(t) == id) return t;
+  return std::nullopt;
+}
+
 const GgmlTypeInfo* ggml_type_info(std::uint32_t id) {
   for (const auto& t : kGgmlTypes)
     if (t.id == id) return &t;

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/mapped_file.h"
 
 namespace rkv {
@@ -69,6 +70,10 @@ struct GgmlTypeInfo {
 // nullptr for an id that is not a ggml type (or one ggml has retired).
 const GgmlTypeInfo* ggml_type_info(std::uint32_t id);
 inline constexpr std::uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlBf16 = 30;
+// ggml's type id of a weight type, and the weight type of an id (nullopt for the ggml types rkv
+// does not read: Q4_1, Q5_K, the IQ types, ...).
+std::uint32_t ggml_type_id(DType t);
+std::optional<DType> dtype_of_ggml_type(std::uint32_t id);
 
 struct GgufTensor {
   std::string name;

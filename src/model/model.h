@@ -67,7 +67,7 @@ class Model {
   // Loads config.json (+ generation_config.json) and the safetensors weights of `dir`, checking
   // every tensor's presence, shape and dtype. Throws rkv::Error naming the file and tensor.
   // A path to a .gguf file loads that file instead (model_load_gguf.cpp: llama, qwen2, qwen3;
-  // F32/F16/BF16 weights; quantized types are refused).
+  // F32/F16/BF16 and Q8_0/Q4_0/Q5_0/Q4_K/Q6_K weights).
   static std::unique_ptr<Model> load(const std::filesystem::path& dir);
 
   const ModelConfig& config() const { return config_; }

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/quant.h"
 #include "kernels/attention.h"
 #include "model/model.h"
 
@@ -47,6 +48,14 @@ void Model::embed(std::int32_t token, float* out) const {
     throw Error("token id " + std::to_string(token) + " is outside the vocabulary (size " +
                 std::to_string(config_.vocab_size) + ")");
   const std::size_t H = static_cast<std::size_t>(config_.hidden_size);
+  if (dtype_is_quantized(embed_tokens_.dtype)) {
+    quant::dequantize_row(
+        embed_tokens_.dtype,
+        static_cast<const std::uint8_t*>(embed_tokens_.data) +
+            static_cast<std::size_t>(token) * dtype_row_bytes(embed_tokens_.dtype, H),
+        H, out);
+    return;
+  }
   for (std::size_t i = 0; i < H; ++i)
     out[i] = load_as_f32(embed_tokens_.data, embed_tokens_.dtype,
                          static_cast<std::size_t>(token) * H + i);

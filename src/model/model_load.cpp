@@ -126,7 +126,7 @@ Model::MatmulFootprint Model::matmul_footprint() const {
   MatmulFootprint f;
   auto add = [&](const kernels::WeightView& w) {
     f.params += w.rows * w.cols;
-    f.bytes += w.rows * w.cols * dtype_size(w.dtype);
+    f.bytes += w.rows * dtype_row_bytes(w.dtype, w.cols);
   };
   for (const LayerWeights& l : layers_)
     for (const kernels::WeightView* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) add(*w);

@@ -8,8 +8,9 @@
 // Hugging Face's order on load (rows 0,2,4,... then 1,3,5,...) into memory the model owns.
 // qwen2 and qwen3 GGUF files already use the rotate-half ("NEOX") order and are used as they are.
 //
-// Weight types: F32, F16 and BF16. Quantized types (Q8_0, Q4_K, ...) are refused with an error
-// naming the type and the tensor; they are not dequantized behind the user's back.
+// Weight types: F32, F16, BF16, and the block-quantized Q8_0, Q4_0, Q5_0, Q4_K and Q6_K (every type
+// llama-quantize's Q4_K_M preset writes), kept quantized in the mapped file and multiplied by the
+// quantized kernels (kernels.h); other quantized types are refused naming the type and tensor.
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -24,6 +25,8 @@ namespace rkv {
 namespace {
 
 using Shape = std::vector<std::int64_t>;
+
+constexpr const char* kSupportedTypes = "F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K";
 
 struct GgufLoader {
   const GgufFile& g;
@@ -46,22 +49,12 @@ struct GgufLoader {
   }
 
   DType dtype_of(const GgufTensor& t) const {
-    switch (t.type->id) {
-      case kGgmlF32:
-        return DType::F32;
-      case kGgmlF16:
-        return DType::F16;
-      case kGgmlBf16:
-        return DType::BF16;
-      default:
-        break;
-    }
+    if (const auto dt = dtype_of_ggml_type(t.type->id)) return *dt;
     if (t.type->block_elements > 1)
-      fail("quantized GGUF weights (" + std::string(t.type->name) +
-           ") are not supported yet: tensor " + t.name + " is " + std::string(t.type->name) +
-           " (this build reads F32, F16 and BF16 GGUF files)");
+      fail("tensor " + t.name + " has the quantized type " + std::string(t.type->name) +
+           ", which this build does not read (supported: " + kSupportedTypes + ")");
     fail("tensor " + t.name + " has type " + std::string(t.type->name) +
-         ", which is not a weight type (supported: F32, F16, BF16)");
+         ", which is not a weight type (supported: " + kSupportedTypes + ")");
   }
 
   // The tensor `name` with the Hugging Face shape `hf` ([out][in]), i.e. GGUF dims reversed.
@@ -73,8 +66,15 @@ struct GgufLoader {
       fail("tensor " + name + " has dimensions " + t->dims_string() + ", expected " +
            shape_to_string(want) + " (GGUF order, fastest-varying first)");
     const DType dt = dtype_of(*t);
-    if (reinterpret_cast<std::uintptr_t>(t->data) % dtype_size(dt) != 0)
+    // Quantized blocks are read with unaligned loads; float elements must be aligned.
+    if (!dtype_is_quantized(dt) && reinterpret_cast<std::uintptr_t>(t->data) % dtype_size(dt) != 0)
       fail("tensor " + name + ": data is not aligned to its element size");
+    // The file's blocks were sized (and bounds-checked) by GgufFile from ggml's table; the kernels
+    // read them with dtype.h's: the two must agree.
+    if (t->type->block_elements != dtype_block_elements(dt) ||
+        t->type->block_bytes != dtype_size(dt))
+      fail("tensor " + name + ": internal error: block size of " + std::string(t->type->name) +
+           " disagrees with the kernels'");
     return *t;
   }
 
@@ -96,7 +96,7 @@ struct GgufLoader {
 // 2j+1 to j + head_dim/2. Returns a copy (the mapped file is read-only) kept alive by `owner`.
 kernels::WeightView unpermute_rows(const kernels::WeightView& w, int head_dim,
                                    std::vector<std::shared_ptr<const void>>& owner) {
-  const std::size_t row_bytes = w.cols * dtype_size(w.dtype);
+  const std::size_t row_bytes = dtype_row_bytes(w.dtype, w.cols);
   auto buffer = std::make_shared<std::vector<std::uint64_t>>((w.rows * row_bytes + 7) / 8);
   auto* out = reinterpret_cast<std::byte*>(buffer->data());
   const auto* in = static_cast<const std::byte*>(w.data);
@@ -150,35 +150,8 @@ std::unique_ptr<Model> Model::load_gguf(const std::filesystem::path& path) {
     L.fail("unsupported GGUF architecture '" + L.arch + "' (supported: llama, qwen2, qwen3)");
   }
 
-  // Refuse quantized weights up front, naming their types (most tensors first) and the first
-  // quantized tensor; then any other non-float type.
-  {
-    std::vector<std::pair<std::string, int>> quantized;  // type name, tensors
-    const GgufTensor* first = nullptr;
-    int total = 0;
-    for (const GgufTensor& t : g.tensors()) {
-      if (t.type->block_elements == 1) continue;
-      if (first == nullptr) first = &t;
-      ++total;
-      auto it = std::find_if(quantized.begin(), quantized.end(),
-                             [&](const auto& q) { return q.first == t.type->name; });
-      if (it == quantized.end())
-        quantized.emplace_back(std::string(t.type->name), 1);
-      else
-        ++it->second;
-    }
-    if (first != nullptr) {
-      std::stable_sort(quantized.begin(), quantized.end(),
-                       [](const auto& a, const auto& b) { return a.second > b.second; });
-      std::string names;
-      for (const auto& q : quantized) names += (names.empty() ? "" : ", ") + q.first;
-      L.fail("quantized GGUF weights (" + names +
-             ") are not supported yet: " + std::to_string(total) + " tensor" +
-             (total == 1 ? " is" : "s are") + " quantized, the first being " + first->name + " (" +
-             std::string(first->type->name) + "); this build reads F32, F16 and BF16 GGUF files");
-    }
-    for (const GgufTensor& t : g.tensors()) L.dtype_of(t);
-  }
+  // Every tensor's type must be one the model reads, named with the first that is not.
+  for (const GgufTensor& t : g.tensors()) L.dtype_of(t);
 
   c.hidden_size = L.get_int(L.key("embedding_length"), std::nullopt);
   c.num_layers = L.get_int(L.key("block_count"), std::nullopt);

@@ -4,11 +4,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
+#include "core/quant.h"
 #include "engine/sampler.h"
+#include "model/gguf_writer.h"
 #include "model/safetensors.h"
 #include "tokenizer/byte_level.h"
 
@@ -57,6 +60,15 @@ const std::vector<ShapeEntry>& shapes() {
     t.push_back({"tiny-r1", "r1-qwen",
                  make(Architecture::Qwen2, "Qwen2ForCausalLM", 128, 384, 4, 4, 2, 32, 1024, 1e6f,
                       1e-6f, true, 4096)});
+    // The tiny shape with rows of 256 and 512: K-quant super-blocks fit every matrix (GGUF
+    // tests of Q4_K/Q6_K through a whole model).
+    t.push_back({"tiny-256", "qwen",
+                 make(Architecture::Qwen2, "Qwen2ForCausalLM", 256, 512, 2, 4, 2, 64, 1024, 1e6f,
+                      1e-6f, true, 4096)});
+    // The same as a Llama (untied output, no biases, rotary pairs permuted in GGUF files).
+    t.push_back({"tiny-llama-256", "r1-llama",
+                 make(Architecture::Llama, "LlamaForCausalLM", 256, 512, 2, 4, 2, 64, 1024, 5e5f,
+                      1e-5f, false, 4096)});
     t.push_back({"qwen2.5-0.5b", "qwen",
                  make(Architecture::Qwen2, "Qwen2ForCausalLM", 896, 4864, 24, 14, 2, 64, 151936,
                       1e6f, 1e-6f, true, 32768)});
@@ -278,63 +290,33 @@ void write_tokenizer_of_family(const std::filesystem::path& dir, const ModelConf
   std::ofstream(dir / "tokenizer_config.json") << cfg.dump(2);
 }
 
-}  // namespace
+// One weight tensor of a random checkpoint: its values are uniform in center +- half_width, drawn
+// in row-major order from Rng(seed), so the same seed gives the same weights in every format.
+struct WeightSpec {
+  std::string name;  // Hugging Face name
+  std::vector<std::int64_t> shape;
+  float center, half_width;
+  std::uint64_t seed;
+  // The next n elements of the tensor, drawn from `rng` (Rng(seed) for the first).
+  void generate(Rng& rng, float* out, std::size_t n) const {
+    for (std::size_t i = 0; i < n; ++i) {
+      const float u = static_cast<float>(rng.next() >> 40) * 0x1.0p-24f;  // [0,1)
+      out[i] = center + (2.0f * u - 1.0f) * half_width;
+    }
+  }
+};
 
-void write_synthetic_tokenizer(const std::filesystem::path& dir, const ModelConfig& config) {
-  write_tokenizer_of_family(dir, config, family_of(config));
-}
-
-void write_random_checkpoint(const std::filesystem::path& dir,
-                             const RandomCheckpointOptions& options, std::FILE* log) {
-  const ShapeEntry& entry = find_shape(options.shape);
-  ModelConfig c = entry.config;
-  std::filesystem::create_directories(dir);
-  const Specials specials = family_specials(entry.family);
-  const int first_special = c.vocab_size - static_cast<int>(specials.tokens.size());
-  auto special_id = [&](const std::string& t) {
-    for (std::size_t i = 0; i < specials.tokens.size(); ++i)
-      if (specials.tokens[i] == t) return first_special + static_cast<int>(i);
-    return -1;
-  };
-  c.bos_token_id = specials.bos.empty() ? special_id("<|endoftext|>") : special_id(specials.bos);
-  c.eos_token_ids = {special_id(specials.eos)};
-  json cj = c.to_json();
-  cj["torch_dtype"] = options.dtype == DType::F32    ? "float32"
-                      : options.dtype == DType::BF16 ? "bfloat16"
-                                                     : "float16";
-  cj["rkv_random_weights"] = {{"shape", options.shape}, {"seed", options.seed}};
-  std::ofstream(dir / "config.json") << cj.dump(2);
-  json gen = {{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_ids}};
-  std::ofstream(dir / "generation_config.json") << gen.dump(2);
-  if (log) std::fprintf(log, "make-model: writing tokenizer (%d tokens)\n", c.vocab_size);
-  write_tokenizer_of_family(dir, c, entry.family);
-
-  // Weights: uniform with the variance of N(0, 1/fan_in) for linear layers, N(0,1)-like
-  // embeddings and norms of 1 +- 0.25 (so an engine that ignores a norm weight would fail).
+// Weights: uniform with the variance of N(0, 1/fan_in) for linear layers, N(0,1)-like
+// embeddings and norms of 1 +- 0.25 (so an engine that ignores a norm weight would fail).
+std::vector<WeightSpec> weight_specs(const ModelConfig& c, std::uint64_t seed) {
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim, V = c.vocab_size;
   const std::int64_t QD = c.num_heads * D, KD = c.num_kv_heads * D;
-  std::vector<TensorToWrite> tensors;
+  std::vector<WeightSpec> specs;
   std::uint64_t tensor_index = 0;
   auto add = [&](const std::string& name, std::vector<std::int64_t> shape, float center,
                  float half_width) {
-    const std::uint64_t seed = options.seed * 1000003ull + tensor_index++;
-    const DType dtype = shape.size() == 1 ? DType::F32 : options.dtype;
-    tensors.push_back({name, dtype, shape, [=](std::uint8_t* bytes, std::size_t nbytes) {
-                         Rng rng(seed);
-                         const std::size_t n = nbytes / dtype_size(dtype);
-                         for (std::size_t i = 0; i < n; ++i) {
-                           const float u =
-                               static_cast<float>(rng.next() >> 40) * 0x1.0p-24f;  // [0,1)
-                           const float value = center + (2.0f * u - 1.0f) * half_width;
-                           if (dtype == DType::F32) {
-                             std::memcpy(bytes + 4 * i, &value, 4);
-                           } else {
-                             const std::uint16_t h =
-                                 dtype == DType::BF16 ? f32_to_bf16(value) : f32_to_f16(value);
-                             std::memcpy(bytes + 2 * i, &h, 2);
-                           }
-                         }
-                       }});
+    specs.push_back(
+        {name, std::move(shape), center, half_width, seed * 1000003ull + tensor_index++});
   };
   auto linear = [&](const std::string& name, std::int64_t out, std::int64_t in) {
     add(name, {out, in}, 0.0f, std::sqrt(3.0f / static_cast<float>(in)));
@@ -368,10 +350,206 @@ void write_random_checkpoint(const std::filesystem::path& dir,
       add(p + "self_attn.k_norm.weight", {D}, 1.0f, 0.25f);
     }
   }
+  return specs;
+}
+
+}  // namespace
+
+void write_synthetic_tokenizer(const std::filesystem::path& dir, const ModelConfig& config) {
+  write_tokenizer_of_family(dir, config, family_of(config));
+}
+
+void write_random_checkpoint(const std::filesystem::path& dir,
+                             const RandomCheckpointOptions& options, std::FILE* log) {
+  if (dtype_is_quantized(options.dtype) || options.q4_k_m)
+    throw Error("make-model: safetensors checkpoints hold f32, bf16 or f16 weights, not " +
+                std::string(options.q4_k_m ? "q4_k_m" : dtype_name(options.dtype)) +
+                " (write a GGUF file for quantized weights)");
+  const ShapeEntry& entry = find_shape(options.shape);
+  ModelConfig c = entry.config;
+  std::filesystem::create_directories(dir);
+  const Specials specials = family_specials(entry.family);
+  const int first_special = c.vocab_size - static_cast<int>(specials.tokens.size());
+  auto special_id = [&](const std::string& t) {
+    for (std::size_t i = 0; i < specials.tokens.size(); ++i)
+      if (specials.tokens[i] == t) return first_special + static_cast<int>(i);
+    return -1;
+  };
+  c.bos_token_id = specials.bos.empty() ? special_id("<|endoftext|>") : special_id(specials.bos);
+  c.eos_token_ids = {special_id(specials.eos)};
+  json cj = c.to_json();
+  cj["torch_dtype"] = options.dtype == DType::F32    ? "float32"
+                      : options.dtype == DType::BF16 ? "bfloat16"
+                                                     : "float16";
+  cj["rkv_random_weights"] = {{"shape", options.shape}, {"seed", options.seed}};
+  std::ofstream(dir / "config.json") << cj.dump(2);
+  json gen = {{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_ids}};
+  std::ofstream(dir / "generation_config.json") << gen.dump(2);
+  if (log) std::fprintf(log, "make-model: writing tokenizer (%d tokens)\n", c.vocab_size);
+  write_tokenizer_of_family(dir, c, entry.family);
+
+  std::vector<TensorToWrite> tensors;
+  for (const WeightSpec& w : weight_specs(c, options.seed)) {
+    const DType dtype = w.shape.size() == 1 ? DType::F32 : options.dtype;
+    tensors.push_back({w.name, dtype, w.shape, [=](std::uint8_t* bytes, std::size_t nbytes) {
+                         const std::size_t n = nbytes / dtype_size(dtype);
+                         std::vector<float> values(n);
+                         Rng rng(w.seed);
+                         w.generate(rng, values.data(), n);
+                         for (std::size_t i = 0; i < n; ++i) {
+                           const float value = values[i];
+                           if (dtype == DType::F32) {
+                             std::memcpy(bytes + 4 * i, &value, 4);
+                           } else {
+                             const std::uint16_t h =
+                                 dtype == DType::BF16 ? f32_to_bf16(value) : f32_to_f16(value);
+                             std::memcpy(bytes + 2 * i, &h, 2);
+                           }
+                         }
+                       }});
+  }
   if (log)
     std::fprintf(log, "make-model: writing %zu tensors to %s\n", tensors.size(),
                  (dir / "model.safetensors").c_str());
   write_safetensors(dir / "model.safetensors", tensors);
+}
+
+}  // namespace rkv
+
+namespace rkv {
+
+namespace {
+
+// GGUF name of a Hugging Face tensor name, and its layer (-1 for none).
+std::string gguf_tensor_name(const std::string& hf, int& layer) {
+  layer = -1;
+  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf == "lm_head.weight") return "output.weight";
+  if (hf == "model.norm.weight") return "output_norm.weight";
+  const std::string prefix = "model.layers.";
+  const std::size_t dot = hf.find('.', prefix.size());
+  layer = std::stoi(hf.substr(prefix.size(), dot - prefix.size()));
+  const std::string rest = hf.substr(dot + 1);
+  static const std::pair<const char*, const char*> names[] = {
+      {"self_attn.q_proj.", "attn_q."},          {"self_attn.k_proj.", "attn_k."},
+      {"self_attn.v_proj.", "attn_v."},          {"self_attn.o_proj.", "attn_output."},
+      {"self_attn.q_norm.", "attn_q_norm."},     {"self_attn.k_norm.", "attn_k_norm."},
+      {"mlp.gate_proj.", "ffn_gate."},           {"mlp.up_proj.", "ffn_up."},
+      {"mlp.down_proj.", "ffn_down."},           {"input_layernorm.", "attn_norm."},
+      {"post_attention_layernorm.", "ffn_norm."}};
+  for (const auto& [from, to] : names)
+    if (rest.rfind(from, 0) == 0)
+      return "blk." + std::to_string(layer) + "." + to + rest.substr(std::strlen(from));
+  throw Error("make-model: no GGUF name for tensor " + hf);
+}
+
+// llama-quantize's use_more_bits: the first and last eighth of the layers, and every third one
+// between them.
+bool use_more_bits(int i, int n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+}  // namespace
+
+DType gguf_weight_type(const std::string& gguf_name, int layer, const ModelConfig& c,
+                       std::int64_t cols, DType dtype, bool q4_k_m) {
+  DType t = dtype;
+  if (q4_k_m) {
+    const bool output =
+        gguf_name == "output.weight" || (c.tie_word_embeddings && gguf_name == "token_embd.weight");
+    const bool more_bits = (gguf_name.find("attn_v.weight") != std::string::npos ||
+                            gguf_name.find("ffn_down.weight") != std::string::npos) &&
+                           use_more_bits(layer, c.num_layers);
+    t = output || more_bits ? DType::Q6_K : DType::Q4_K;
+  }
+  // Rows that are not a multiple of 256 cannot hold K-quant super-blocks: llama-quantize's
+  // fallback (Q4_K -> Q5_0, Q6_K -> Q8_0).
+  if (cols % 256 != 0) {
+    if (t == DType::Q4_K) t = DType::Q5_0;
+    if (t == DType::Q6_K) t = DType::Q8_0;
+  }
+  if (cols % static_cast<std::int64_t>(dtype_block_elements(t)) != 0) t = DType::F16;
+  return t;
+}
+
+void write_random_gguf(const std::filesystem::path& file, const RandomCheckpointOptions& options,
+                       std::FILE* log) {
+  const ShapeEntry& entry = find_shape(options.shape);
+  const ModelConfig& c = entry.config;
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
+  const std::string arch = c.arch == Architecture::Llama   ? "llama"
+                           : c.arch == Architecture::Qwen3 ? "qwen3"
+                                                           : "qwen2";
+  if (c.rope_scaling.llama3)
+    throw Error("make-model --format gguf: shape '" + options.shape +
+                "' uses llama3 rope scaling, which rkv's GGUF reader does not read yet");
+  GgufWriter g;
+  g.add_string("general.architecture", arch);
+  g.add_string("general.name", "rkv random " + options.shape);
+  g.add_u32("general.file_type", 0);
+  g.add_u32(arch + ".embedding_length", static_cast<std::uint32_t>(c.hidden_size));
+  g.add_u32(arch + ".block_count", static_cast<std::uint32_t>(c.num_layers));
+  g.add_u32(arch + ".attention.head_count", static_cast<std::uint32_t>(c.num_heads));
+  g.add_u32(arch + ".attention.head_count_kv", static_cast<std::uint32_t>(c.num_kv_heads));
+  g.add_u32(arch + ".attention.key_length", static_cast<std::uint32_t>(c.head_dim));
+  g.add_u32(arch + ".attention.value_length", static_cast<std::uint32_t>(c.head_dim));
+  g.add_u32(arch + ".feed_forward_length", static_cast<std::uint32_t>(c.intermediate_size));
+  g.add_u32(arch + ".context_length", static_cast<std::uint32_t>(c.max_position_embeddings));
+  g.add_u32(arch + ".vocab_size", static_cast<std::uint32_t>(c.vocab_size));
+  g.add_f32(arch + ".attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  g.add_f32(arch + ".rope.freq_base", c.rope_theta);
+  const std::size_t D = static_cast<std::size_t>(c.head_dim);
+  std::map<DType, int> counts;
+  for (const WeightSpec& w : weight_specs(c, options.seed)) {
+    int layer = -1;
+    const std::string name = gguf_tensor_name(w.name, layer);
+    const std::int64_t cols = w.shape.back();
+    const DType dtype = w.shape.size() == 1
+                            ? DType::F32
+                            : gguf_weight_type(name, layer, c, cols, options.dtype, options.q4_k_m);
+    ++counts[dtype];
+    // llama.cpp's llama files hold the Q/K rows of each head in rotary-pair order: Hugging Face
+    // row s * D/2 + j is written as row 2j + s (the loader undoes it).
+    const bool permute =
+        c.arch == Architecture::Llama && w.shape.size() == 2 &&
+        (name.find("attn_q.") != std::string::npos || name.find("attn_k.") != std::string::npos);
+    g.add_tensor(name, w.shape, dtype, [w, dtype, permute, D](std::uint8_t* bytes, std::size_t) {
+      const std::size_t ncols = static_cast<std::size_t>(w.shape.back());
+      const std::size_t rows = w.shape.size() == 2 ? static_cast<std::size_t>(w.shape[0]) : 1;
+      const std::size_t rb = dtype_row_bytes(dtype, ncols);
+      std::vector<float> row(ncols);
+      Rng rng(w.seed);
+      for (std::size_t r = 0; r < rows; ++r) {
+        w.generate(rng, row.data(), ncols);
+        std::size_t to = r;
+        if (permute) {
+          const std::size_t head = r / D, i = r % D;
+          to = head * D + 2 * (i % (D / 2)) + i / (D / 2);
+        }
+        std::uint8_t* out = bytes + to * rb;
+        if (dtype_is_quantized(dtype)) {
+          quant::quantize_row(dtype, row.data(), ncols, out);
+        } else {
+          for (std::size_t k = 0; k < ncols; ++k) {
+            if (dtype == DType::F32) {
+              std::memcpy(out + 4 * k, &row[k], 4);
+            } else {
+              const std::uint16_t h =
+                  dtype == DType::BF16 ? f32_to_bf16(row[k]) : f32_to_f16(row[k]);
+              std::memcpy(out + 2 * k, &h, 2);
+            }
+          }
+        }
+      }
+    });
+  }
+  if (log) {
+    std::string mix;
+    for (const auto& [t, n] : counts)
+      mix += (mix.empty() ? "" : ", ") + std::to_string(n) + " " + std::string(dtype_name(t));
+    std::fprintf(log, "make-model: writing %s (%s)\n", file.c_str(), mix.c_str());
+  }
+  g.write(file);
 }
 
 }  // namespace rkv

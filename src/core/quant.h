@@ -1,0 +1,71 @@
+// ggml's block-quantized weight formats (GGUF files), portable code: dequantization, a
+// quantizer per type (for `rkv make-model --format gguf`), and the decoding of one 32-element
+// block into small integers that the matmul kernels (reference and AVX2) share.
+//
+// Layouts (little-endian, all scales IEEE f16 unless said otherwise), value of element k:
+//  Q8_0  32 elements, 34 bytes: d, int8 q[32].                      w = d * q[k]
+//  Q4_0  32 elements, 18 bytes: d, u8 qs[16]; element k < 16 is the low nibble of qs[k], element
+//        k + 16 its high nibble.                                     w = d * (nibble - 8)
+//  Q5_0  32 elements, 22 bytes: d, u8 qh[4] (a little-endian u32: bit k is the fifth bit of
+//        element k), u8 qs[16] (nibbles as in Q4_0).                 w = d * ((nibble|hi<<4) - 16)
+//  Q4_K  256 elements, 144 bytes: d, dmin, u8 scales[12] (eight 6-bit scales sc[j] and mins m[j]:
+//        for j < 4, sc = scales[j] & 63 and m = scales[j+4] & 63; for j >= 4,
+//        sc = (scales[j+4] & 15) | (scales[j-4] >> 6) << 4 and m = (scales[j+4] >> 4) |
+//        (scales[j] >> 6) << 4), u8 qs[128]. Sub-block j (32 elements) is the low nibbles (j even)
+//        or high nibbles (j odd) of qs[32 (j/2) .. 32 (j/2) + 31].  w = d*sc[j]*nibble - dmin*m[j]
+//  Q6_K  256 elements, 210 bytes: u8 ql[128], u8 qh[64], int8 scales[16], d. In each half h
+//        (128 elements; ql += 64 h, qh += 32 h, scales += 8 h), for l < 32: element l uses the low
+//        nibble of ql[l] and bits 0-1 of qh[l], element l + 32 the low nibble of ql[l + 32] and
+//        bits 2-3, element l + 64 the high nibble of ql[l] and bits 4-5, element l + 96 the high
+//        nibble of ql[l + 32] and bits 6-7; q = (nibble | two bits << 4) - 32, and element e of
+//        the half has scale scales[e / 16].                          w = d * scale * q
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace rkv::quant {
+
+// One 32-element block of a quantized row as integers: element k is
+//   f * mul[k / 16] * q[k] - min
+// exactly as ggml dequantizes it (f, the products and the subtraction in float).
+struct Block32 {
+  std::int8_t q[32];
+  std::int16_t mul[2];
+  float f;
+  float min;
+};
+
+// Decodes 32-element block b of a row of quantized type t (b counts 32-element blocks from the
+// start of the row; for Q4_K/Q6_K, sub-block b % 8 of super-block b / 8).
+void decode_block32(DType t, const void* row, std::size_t b, Block32& out);
+
+// Dequantizes a row of `cols` elements (a multiple of the type's block) into out[cols].
+void dequantize_row(DType t, const void* row, std::size_t cols, float* out);
+
+// Quantizes `cols` floats (a multiple of the type's block) into dtype_row_bytes(t, cols) bytes.
+// Q8_0: d = max|x| / 127, round to nearest. Q4_0/Q5_0 (as ggml's reference quantizer): d =
+// (the element of largest magnitude) / -8 (-16), q = clamp(x/d + 8.5 (16.5)) truncated.
+// Q4_K/Q6_K: one pass without ggml's iterative search: per sub-block the range (Q4_K: min and
+// max, scale (max - min) / 15; Q6_K: largest magnitude / 32), the scales and mins to 6 (8) bits
+// against the super-block's largest, then every element rounded with its block's final scale.
+void quantize_row(DType t, const float* x, std::size_t cols, void* out);
+
+// ---- activations ----------------------------------------------------------------------------
+
+// A row of K activations quantized to 8 bits in blocks of 32, as llama.cpp does for its Q8_0 dot
+// products (it is the same for every weight type here): per block d = max|x| / 127 rounded to
+// f16 (ggml's Q8_0 keeps d in f16), q = round(x / d) in [-127, 127], and the sum of the q.
+struct ActivationBlocks {
+  const std::int8_t* q;     // [K]
+  const float* d;           // [K / 32]
+  const std::int32_t* sum;  // [K / 32]
+};
+
+// Quantizes T rows of K floats (K a multiple of 32): q [T][K], d and sum [T][K / 32].
+void quantize_activations(const float* x, std::size_t T, std::size_t K, std::int8_t* q, float* d,
+                          std::int32_t* sum);
+
+}  // namespace rkv::quant
