@@ -11,12 +11,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rkv=build/rkv
-model=models/rkv-tiny-reasoner
-data=data/chains_test.jsonl
+# The second model: RKV_TINY_FAMILY=redundant (models/rkv-tiny-redundant, data/redundant_test.jsonl,
+# preset redundant; tools/tiny/results_redundant.sh).
+family=${RKV_TINY_FAMILY:-chains}
+case $family in
+  chains) model=models/rkv-tiny-reasoner ;;
+  redundant) model=models/rkv-tiny-redundant ;;
+  *) echo "unknown RKV_TINY_FAMILY $family (chains, redundant)" >&2; exit 2 ;;
+esac
+data=data/${family}_test.jsonl
 out=${RKV_ABLATE_DIR:-runs/tiny/ablate}
 threads=${RKV_THREADS:-2}
 budgets=${RKV_ABLATE_BUDGETS:-96,224}
-common=(--preset chains --budgets "$budgets" --temp 0 -t "$threads")
+common=(--preset "$family" --budgets "$budgets" --temp 0 -t "$threads")
 
 # method  variant-name  flags...   (the presets' values: rkv window 8, kernel 7, lambda 0.1,
 # threshold 0.5; gkv window 16, lambda 0.5, smoothing max, decay 0.8, redundancy on, pooling

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The second tiny model's results in docs/RESULTS.md ("A task where reflection is redundant"):
+# every method greedy on the 200 held-out problems of data/redundant_test.jsonl at budgets of
+# 10-46% of its mean chain, with results.sh's settings (--kv-buffer 16, skipkv's keyword
+# `verify`), then the ablations of tools/tiny/ablate.sh on this model. Run from anywhere after
+# building build/rkv; every eval run resumes where it stopped. Then
+#   python3 tools/tiny/results_table.py runs/tiny-redundant/greedy
+#   python3 tools/tiny/ablation_table.py runs/tiny-redundant/ablate
+# print the tables.
+#
+#   tools/tiny/results_redundant.sh [--no-ablate]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rkv=build/rkv
+model=models/rkv-tiny-redundant
+data=data/redundant_test.jsonl
+out=${RKV_RESULTS_DIR:-runs/tiny-redundant}
+threads=${RKV_THREADS:-2}
+methods=fullkv,random,streamingllm,h2o,snapkv,rkv,gkv,skipkv
+# ~10%, 20%, 33% and 46% of the mean fullkv chain (about 485 tokens); 16 tokens of buffer.
+budgets=${RKV_BUDGETS:-48,96,160,224}
+mkdir -p "$out"
+
+echo "== greedy, all 200 held-out problems"
+$rkv eval -m $model --dataset $data --preset redundant --budgets "$budgets" --kv-buffer 16 \
+  --kv-keywords verify -t "$threads" --methods $methods --temp 0 -o "$out/greedy"
+
+if [ "${1:-}" != "--no-ablate" ]; then
+  echo "== ablations (tools/tiny/ablate.sh) at budgets 96 and 160"
+  RKV_TINY_FAMILY=redundant RKV_ABLATE_DIR="$out/ablate" \
+    RKV_ABLATE_BUDGETS=${RKV_ABLATE_BUDGETS:-96,160} tools/tiny/ablate.sh rkv gkv skipkv
+fi
+echo "== done: $out/greedy/summary.md"
