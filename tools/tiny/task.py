@@ -96,9 +96,11 @@ def make_problem(rng: random.Random, min_computed: int = MIN_COMPUTED,
 # floor(i rate), a function of the statement's name) comes a redundant thought, `verify` ...
 # `ok`, of one of three kinds in turn:
 #   recheck  - the previous statement's line again, exactly (a re-derivation);
-#   restate  - the bindings the line just used and made, restated (`2:a 7:f`);
-#   inverse  - the line checked backwards, a small variation (`3-1=2:a`: result minus the
-#              second operand gives the first operand's value, bound to its name).
+#   restate  - the statement and its result restated (`f=a f+d 3:f`);
+#   inverse  - the line checked backwards, a small variation (`f=a f+d f3 d1,3-1=2:a`: the
+#              result minus the second operand gives the first operand's value, rebound).
+# Every token of them is a one-hop lookup or a local copy, as in the derivation lines
+# (tools/tiny/README.md): a restated binding follows the token that names it.
 # Each repeats only what is already in the context: dropping every redundant thought loses
 # nothing the answer needs, while u's binding, the statements in the prompt and the recent
 # bindings are needed. (3) The question adds a digit (`ans=u ans+5`).
@@ -159,11 +161,11 @@ def make_redundant_problem(rng: random.Random, min_computed: int = MIN_COMPUTED,
         if kind == "recheck":
             body = lines[i - 1] if i > 0 else line
         elif kind == "restate":
-            used = [y] + ([z] if z in values and z != y else [])
-            body = " ".join(f"{values[x]}:{x}" for x in used + [name])
+            body = f"{statement} {values[name]}:{name}"
         else:
             zv = values[z] if z in values else int(z)
-            body = f"{values[name]}{_inverse(op)}{zv}={values[y]}:{y}"
+            reads = f" {name}{values[name]}" + (f" {z}{zv}" if z in values else "")
+            body = f"{statement}{reads},{values[name]}{_inverse(op)}{zv}={values[y]}:{y}"
         thought = f"verify\n{body}\nok"
         redundant_chars += len(thought) + 2
         thoughts.append(thought)

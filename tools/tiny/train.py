@@ -143,12 +143,15 @@ class FactoredEmbedding(torch.nn.Module):
                 index[3, tid], present[3, tid] = units[last], 1.0
         self.register_buffer("index", index, persistent=False)
         self.register_buffer("present", present, persistent=False)
+        self.residual = False  # factored rows are parts + own (refactor)
 
     @property
     def weight(self) -> torch.Tensor:
         i, p = self.index, self.present[..., None]
         parts = (p[0] * self.space[0] + p[1] * (self.unit + self.first_only)[i[1]] +
                  p[2] * self.mark[i[2]] + p[3] * (self.unit + self.last_only)[i[3]])
+        if self.residual:
+            parts = parts + self.own
         return torch.where(i[0, :, None].bool(), parts, self.own)
 
     def forward(self, ids):
@@ -156,10 +159,43 @@ class FactoredEmbedding(torch.nn.Module):
 
     def unfactor(self, matrix: torch.Tensor) -> None:
         """Makes every token an ordinary row, starting from `matrix` (an exported model's
-        embedding, whose factored rows were already summed): --init-from a model directory."""
+        embedding, whose factored rows were already summed)."""
         with torch.no_grad():
             self.own.copy_(matrix)
         self.index[0].zero_()
+
+    def refactor(self, matrix: torch.Tensor) -> float:
+        """Starts from `matrix` (an exported model's embedding) and keeps the factoring: the
+        parts are the least-squares fit of the factored rows, and each factored row also gets
+        its own residual (`own`, added to its parts from now on), so the weight equals `matrix`
+        exactly. For a model trained factored the residual is ~0. Returns its largest entry."""
+        fact = self.index[0].bool()
+        rows = fact.nonzero().squeeze(1)
+        n, m = self.unit.shape[0], self.mark.shape[0]
+        # columns: space | unit | first_only | last_only | mark
+        a = torch.zeros(len(rows), 1 + 3 * n + m, dtype=torch.float64)
+        r = torch.arange(len(rows))
+        i, p = self.index[:, rows], self.present[:, rows].double()
+        a[:, 0] = p[0]
+        a[r, 1 + i[1]] += p[1]
+        a[r, 1 + n + i[1]] += p[1]
+        a[r, 1 + i[3]] += p[3]
+        a[r, 1 + 2 * n + i[3]] += p[3]
+        a[r, 1 + 3 * n + i[2]] += p[2]
+        x = torch.linalg.lstsq(a, matrix[rows].double(), driver="gelsd").solution
+        with torch.no_grad():
+            self.space.copy_(x[0:1])
+            self.unit.copy_(x[1:1 + n])
+            self.first_only.copy_(x[1 + n:1 + 2 * n])
+            self.last_only.copy_(x[1 + 2 * n:1 + 3 * n])
+            self.mark.copy_(x[1 + 3 * n:])
+            self.residual = False
+            fitted = self.weight
+            own = matrix.clone()
+            own[rows] = matrix[rows] - fitted[rows]
+            self.own.copy_(own)
+        self.residual = True
+        return float((matrix[rows] - fitted[rows]).abs().max())
 
 
 class Model(torch.nn.Module):
@@ -255,9 +291,10 @@ def read_safetensors(path: str) -> dict:
 
 def load_exported(model: Model, model_dir: str) -> None:
     """Loads an exported model (model.safetensors of the same shape) into `model`; the embedding
-    becomes an ordinary one (FactoredEmbedding.unfactor)."""
+    stays factored, refitted to the exported matrix (FactoredEmbedding.refactor)."""
     tensors = read_safetensors(os.path.join(model_dir, "model.safetensors"))
-    model.embed_tokens.unfactor(tensors.pop("model.embed_tokens.weight"))
+    residual = model.embed_tokens.refactor(tensors.pop("model.embed_tokens.weight"))
+    print(f"embedding refactored: largest residual {residual:.2e}", flush=True)
     with torch.no_grad():
         model.norm.weight.copy_(tensors.pop("model.norm.weight"))
         for i, blk in enumerate(model.blocks):
@@ -354,6 +391,7 @@ def main() -> None:
         state = torch.load(state_path)
         if state.get("unfactored"):
             model.embed_tokens.index[0].zero_()
+        model.embed_tokens.residual = bool(state.get("residual"))
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start, tokens_seen, elapsed0 = state["step"], state["tokens"], state["elapsed"]
@@ -366,6 +404,7 @@ def main() -> None:
             state = torch.load(args.init_from)
             if state.get("unfactored"):
                 model.embed_tokens.index[0].zero_()
+            model.embed_tokens.residual = bool(state.get("residual"))
             model.load_state_dict(state["model"])
             print(f"weights from {args.init_from}", flush=True)
         if os.path.exists(log_path):
@@ -415,7 +454,8 @@ def main() -> None:
             export(model, args.out)
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": done,
                         "tokens": tokens_seen, "elapsed": time.time() - t0,
-                        "unfactored": not bool(model.embed_tokens.index[0].any())}, state_path)
+                        "unfactored": not bool(model.embed_tokens.index[0].any()),
+                        "residual": model.embed_tokens.residual}, state_path)
             print(f"saved {args.out} at step {done}", flush=True)
 
 
