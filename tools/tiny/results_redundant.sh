@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The second tiny model's results in docs/RESULTS.md ("A task where reflection is redundant"):
 # every method greedy on the 200 held-out problems of data/redundant_test.jsonl at budgets of
-# 10-46% of its mean chain, with results.sh's settings (--kv-buffer 16, skipkv's keyword
+# 10-33% of its mean chain, with results.sh's settings (--kv-buffer 16, skipkv's keyword
 # `verify`), then the ablations of tools/tiny/ablate.sh on this model. Run from anywhere after
 # building build/rkv; every eval run resumes where it stopped. Then
 #   python3 tools/tiny/results_table.py runs/tiny-redundant/greedy
@@ -17,17 +17,19 @@ data=data/redundant_test.jsonl
 out=${RKV_RESULTS_DIR:-runs/tiny-redundant}
 threads=${RKV_THREADS:-2}
 methods=fullkv,random,streamingllm,h2o,snapkv,rkv,gkv,skipkv
-# ~10%, 20%, 33% and 46% of the mean fullkv chain (about 485 tokens); 16 tokens of buffer.
-budgets=${RKV_BUDGETS:-48,96,160,224}
+# 10%, 19% and 33% of the mean fullkv chain (514 tokens), R-KV's range; 16 tokens of buffer.
+budgets=${RKV_BUDGETS:-52,100,172}
+# RKV_LIMIT=N: the first N problems only (docs/RESULTS.md's run used 100, for time)
+limit=${RKV_LIMIT:-0}
 mkdir -p "$out"
 
-echo "== greedy, all 200 held-out problems"
+echo "== greedy, the held-out problems (RKV_LIMIT=${limit}; 0: all 200)"
 $rkv eval -m $model --dataset $data --preset redundant --budgets "$budgets" --kv-buffer 16 \
-  --kv-keywords verify -t "$threads" --methods $methods --temp 0 -o "$out/greedy"
+  --kv-keywords verify -t "$threads" --methods $methods --temp 0 --limit "$limit" -o "$out/greedy"
 
 if [ "${1:-}" != "--no-ablate" ]; then
-  echo "== ablations (tools/tiny/ablate.sh) at budgets 96 and 160"
+  echo "== ablations (tools/tiny/ablate.sh) at budgets 100 and 172"
   RKV_TINY_FAMILY=redundant RKV_ABLATE_DIR="$out/ablate" \
-    RKV_ABLATE_BUDGETS=${RKV_ABLATE_BUDGETS:-96,160} tools/tiny/ablate.sh rkv gkv skipkv
+    RKV_ABLATE_BUDGETS=${RKV_ABLATE_BUDGETS:-100,172} tools/tiny/ablate.sh rkv gkv skipkv
 fi
 echo "== done: $out/greedy/summary.md"
