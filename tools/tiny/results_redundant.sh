@@ -4,7 +4,8 @@
 # 10-33% of its mean chain, with results.sh's settings (--kv-buffer 16, skipkv's keyword
 # `verify`), then the ablations of tools/tiny/ablate.sh on this model. Run from anywhere after
 # building build/rkv; every eval run resumes where it stopped. Then
-#   python3 tools/tiny/results_table.py runs/tiny-redundant/greedy
+#   python3 tools/tiny/results_table.py runs/tiny-redundant/greedy runs/tiny-redundant/greedy-large
+#   python3 tools/tiny/first_error.py runs/tiny-redundant/greedy/samples.jsonl
 #   python3 tools/tiny/ablation_table.py runs/tiny-redundant/ablate
 # print the tables.
 #
@@ -26,6 +27,10 @@ mkdir -p "$out"
 echo "== greedy, the held-out problems (RKV_LIMIT=${limit}; 0: all 200)"
 $rkv eval -m $model --dataset $data --preset redundant --budgets "$budgets" --kv-buffer 16 \
   --kv-keywords verify -t "$threads" --methods $methods --temp 0 --limit "$limit" -o "$out/greedy"
+echo "== greedy at 50% and 67% of the chain (where the methods recover)"
+$rkv eval -m $model --dataset $data --preset redundant --budgets "${RKV_LARGE_BUDGETS:-256,344}" \
+  --kv-buffer 16 --kv-keywords verify -t "$threads" --methods $methods --temp 0 --limit "$limit" \
+  -o "$out/greedy-large"
 
 if [ "${1:-}" != "--no-ablate" ]; then
   echo "== ablations (tools/tiny/ablate.sh) at budgets 100 and 172"
