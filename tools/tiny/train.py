@@ -157,13 +157,6 @@ class FactoredEmbedding(torch.nn.Module):
     def forward(self, ids):
         return F.embedding(ids, self.weight)
 
-    def unfactor(self, matrix: torch.Tensor) -> None:
-        """Makes every token an ordinary row, starting from `matrix` (an exported model's
-        embedding, whose factored rows were already summed)."""
-        with torch.no_grad():
-            self.own.copy_(matrix)
-        self.index[0].zero_()
-
     def refactor(self, matrix: torch.Tensor) -> float:
         """Starts from `matrix` (an exported model's embedding) and keeps the factoring: the
         parts are the least-squares fit of the factored rows, and each factored row also gets
