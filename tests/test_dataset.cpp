@@ -63,7 +63,7 @@ TEST(Dataset, Aime24FromShared) {
 }
 
 TEST(Dataset, PresetsAndMaxLength) {
-  ASSERT_EQ(dataset_presets().size(), 4u);
+  ASSERT_EQ(dataset_presets().size(), 5u);
   EXPECT_EQ(default_max_length("math500"), 8192);
   EXPECT_EQ(default_max_length("aime24"), 16384);
   EXPECT_EQ(default_max_length("gsm8k"), 8192);
@@ -74,6 +74,8 @@ TEST(Dataset, PresetsAndMaxLength) {
   EXPECT_EQ(find_preset("gsm8k")->question_field, "question");
   EXPECT_EQ(find_preset("gsm8k")->style, AnswerStyle::kNumber);
   EXPECT_EQ(find_preset("nope"), nullptr);
+  EXPECT_EQ(default_max_length("redundant"), 1024);
+  EXPECT_EQ(find_preset("redundant_test"), find_preset("redundant"));
 }
 
 TEST(Dataset, Gsm8kAnswerAfterHashes) {

@@ -72,17 +72,20 @@ TEST(TinyModel, HeldOutSetLoadsWithTheChainsPreset) {
   EXPECT_EQ(eval::find_preset("tiny"), eval::find_preset("chains"));
 }
 
-TEST(TinyModel, ShippedModelSolvesHeldOutProblemsWithFullKV) {
-  // The first held-out problems, greedy, full cache, through the eval runner as `rkv eval` runs
-  // them: every answer must be the generator's (a random or broken model gets about 1 in 10).
-  ASSERT_TRUE(fs::exists(kShippedModel / "model.safetensors")) << kShippedModel;
-  auto model = Model::load(kShippedModel);
-  const Tokenizer tokenizer = Tokenizer::load(kShippedModel);
+// The first `count` held-out problems of `test_set`, greedy, full cache, through the eval runner
+// as `rkv eval` runs them: every answer must be the generator's (a random or broken model gets
+// about 1 in 10), every chain at least `min_tokens` long. Returns the generated texts.
+std::vector<std::string> solve_with_fullkv(const fs::path& model_dir, const fs::path& test_set,
+                                           const std::string& preset, std::size_t count,
+                                           int min_tokens) {
+  EXPECT_TRUE(fs::exists(model_dir / "model.safetensors")) << model_dir;
+  if (!fs::exists(model_dir / "model.safetensors")) return {};
+  auto model = Model::load(model_dir);
+  const Tokenizer tokenizer = Tokenizer::load(model_dir);
   eval::DatasetOptions options;
-  options.preset = "chains";
-  eval::Dataset data = eval::load_dataset(kTestSet, options);
-  constexpr std::size_t kProblems = 8;
-  data.examples.resize(kProblems);
+  options.preset = preset;
+  eval::Dataset data = eval::load_dataset(test_set, options);
+  data.examples.resize(count);
   eval::RunnerOptions o;
   o.methods = {"fullkv"};
   o.temperature = 0.0f;
@@ -93,16 +96,66 @@ TEST(TinyModel, ShippedModelSolvesHeldOutProblemsWithFullKV) {
   ThreadPool pool(2);
   const eval::RunSummary summary = eval::run_eval(*model, tokenizer, data, o, pool);
   std::ifstream in(o.out_dir / "samples.jsonl");
-  std::size_t records = 0;
-  for (std::string line; std::getline(in, line); ++records) {
+  std::vector<std::string> outputs;
+  for (std::string line; std::getline(in, line);) {
     const auto r = nlohmann::json::parse(line);
     EXPECT_TRUE(r["correct"].get<bool>()) << r.dump();
     // A whole chain of thought, not a lucky short answer: one line per statement and more.
-    EXPECT_GE(r["generated_tokens"].get<int>(), 400) << r.dump();
+    EXPECT_GE(r["generated_tokens"].get<int>(), min_tokens) << r.dump();
+    outputs.push_back(r["output"].get<std::string>());
   }
-  EXPECT_EQ(records, kProblems);
-  ASSERT_EQ(summary.results.size(), 1u);
-  EXPECT_EQ(summary.results[0].pass_at_1, 1.0);
+  EXPECT_EQ(outputs.size(), count);
+  EXPECT_EQ(summary.results.size(), 1u);
+  if (summary.results.size() == 1) {
+    EXPECT_EQ(summary.results[0].pass_at_1, 1.0);
+  }
+  return outputs;
+}
+
+TEST(TinyModel, ShippedModelSolvesHeldOutProblemsWithFullKV) {
+  solve_with_fullkv(kShippedModel, kTestSet, "chains", 8, 400);
+}
+
+// The second model (tools/tiny/task.py --family redundant; its card is models/rkv-tiny-redundant/
+// README.md) and its held-out set.
+const fs::path kRedundantModel = fs::path(RKV_SOURCE_DIR) / "models/rkv-tiny-redundant";
+const fs::path kRedundantSet = fs::path(RKV_SOURCE_DIR) / "data/redundant_test.jsonl";
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1))
+    ++n;
+  return n;
+}
+
+TEST(TinyModel, RedundantHeldOutSetLoadsWithItsPreset) {
+  eval::DatasetOptions options;
+  options.preset = "redundant";
+  const eval::Dataset data = eval::load_dataset(kRedundantSet, options);
+  ASSERT_EQ(data.examples.size(), 200u);
+  EXPECT_EQ(data.prompt_template, "{question}");
+  EXPECT_EQ(data.max_length, 1024);
+  EXPECT_EQ(data.examples[0].id, "redundant-7-0");
+  for (const auto& ex : data.examples) {
+    ASSERT_EQ(ex.answer.size(), 1u) << ex.id;
+    EXPECT_TRUE(ex.answer[0] >= '0' && ex.answer[0] <= '9') << ex.id;
+    EXPECT_EQ(ex.question.substr(1, 3), ":a\n") << ex.id;
+    // The question adds a digit to one variable: `ans=f ans-6`.
+    const std::size_t q = ex.question.rfind("\nans=");
+    ASSERT_NE(q, std::string::npos) << ex.id;
+    const char digit = ex.question[ex.question.size() - 2];
+    EXPECT_TRUE(digit >= '1' && digit <= '9') << ex.id;
+  }
+}
+
+TEST(TinyModel, RedundantModelSolvesHeldOutProblemsWithFullKV) {
+  // Its chains carry the redundant thoughts it was trained on (task.py, rate 0.75: after three
+  // of every four statements a `verify` ... `ok` thought), so they are long: 450 tokens or more.
+  const auto outputs = solve_with_fullkv(kRedundantModel, kRedundantSet, "redundant", 8, 400);
+  for (const std::string& text : outputs) {
+    EXPECT_GE(count_of(text, "verify\n"), 14u) << text;
+    EXPECT_EQ(count_of(text, "verify\n"), count_of(text, "\nok")) << text;
+  }
 }
 
 }  // namespace

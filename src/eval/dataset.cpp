@@ -47,6 +47,9 @@ const std::vector<DatasetPreset>& dataset_presets() {
       // The tiny reasoning model's held-out set (data/chains_test.jsonl, tools/tiny/task.py):
       // the model was trained on the bare program, so the prompt is the question alone.
       {"chains", "problem", "answer", false, AnswerStyle::kMath, 1024, "{question}"},
+      // The second tiny model's held-out set (data/redundant_test.jsonl, task.py --family
+      // redundant): the same layout, with redundant thoughts in the chain.
+      {"redundant", "problem", "answer", false, AnswerStyle::kMath, 1024, "{question}"},
   };
   return presets;
 }
@@ -57,6 +60,7 @@ const DatasetPreset* find_preset(std::string_view name) {
   if (n == "aime" || n == "aime2024" || n == "aime-2024" || n == "aime_2024") n = "aime24";
   if (n == "gsm-8k") n = "gsm8k";
   if (n == "chains_test" || n == "tiny") n = "chains";
+  if (n == "redundant_test" || n == "tiny-redundant") n = "redundant";
   for (const DatasetPreset& p : dataset_presets())
     if (p.name == n) return &p;
   return nullptr;

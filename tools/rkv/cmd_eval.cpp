@@ -94,7 +94,8 @@ void setup(CLI::App& app) {
                   "Dataset jsonl file (e.g. ../shared/data/math500.jsonl)")
       ->required();
   add_flag_option(app, "--preset", a->preset,
-                  "Dataset preset: math500, aime24, gsm8k or chains (the tiny model's task): "
+                  "Dataset preset: math500, aime24, gsm8k, chains (the tiny model's task) or "
+                  "redundant (the second tiny model's, with redundant thoughts): "
                   "fields, answer style, default length and prompt; default: none, the fields "
                   "below and the R-KV prompt");
   add_flag_option(app, "--question-field", a->question_field,
@@ -118,7 +119,7 @@ void setup(CLI::App& app) {
   add_flag_option(
       app, "-n,--max-new-tokens", a->max_new,
       "Maximum generated tokens (0: the dataset's default: MATH-500 8192, AIME 16384, GSM8K "
-      "8192, chains 1024)");
+      "8192, chains and redundant 1024)");
   add_flag_option(app, "--chat-template", a->chat_template,
                   "Chat template name (default: detected)");
   add_flag_option(app, "--prompt-template", a->prompt_template,

@@ -8,15 +8,23 @@
 # prints the tables of docs/RESULTS.md and draws the plot. About 35 minutes on 2 cores.
 #
 #   tools/tiny/ablate.sh [METHOD...]     default: rkv gkv skipkv
+#   RKV_ABLATE_ONLY="default lambda-0" tools/tiny/ablate.sh rkv    some variants only
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rkv=build/rkv
-model=models/rkv-tiny-reasoner
-data=data/chains_test.jsonl
+# The second model: RKV_TINY_FAMILY=redundant (models/rkv-tiny-redundant, data/redundant_test.jsonl,
+# preset redundant; tools/tiny/results_redundant.sh).
+family=${RKV_TINY_FAMILY:-chains}
+case $family in
+  chains) model=models/rkv-tiny-reasoner ;;
+  redundant) model=models/rkv-tiny-redundant ;;
+  *) echo "unknown RKV_TINY_FAMILY $family (chains, redundant)" >&2; exit 2 ;;
+esac
+data=data/${family}_test.jsonl
 out=${RKV_ABLATE_DIR:-runs/tiny/ablate}
 threads=${RKV_THREADS:-2}
 budgets=${RKV_ABLATE_BUDGETS:-96,224}
-common=(--preset chains --budgets "$budgets" --temp 0 -t "$threads")
+common=(--preset "$family" --budgets "$budgets" --temp 0 -t "$threads" --limit "${RKV_LIMIT:-0}")
 
 # method  variant-name  flags...   (the presets' values: rkv window 8, kernel 7, lambda 0.1,
 # threshold 0.5; gkv window 16, lambda 0.5, smoothing max, decay 0.8, redundancy on, pooling
@@ -49,10 +57,15 @@ EOF
 
 want=("$@")
 [ ${#want[@]} -eq 0 ] && want=(rkv gkv skipkv)
-total=$(variants | awk -v w=" ${want[*]} " 'index(w, " " $1 " ")' | wc -l)
+# RKV_ABLATE_ONLY="default lambda-0 ...": only these variants (default: all)
+only=${RKV_ABLATE_ONLY:-}
+keep() { [ -z "$only" ] || case " $only " in *" $1 "*) true ;; *) false ;; esac; }
+total=$(variants | awk -v w=" ${want[*]} " -v o=" $only " \
+  'index(w, " " $1 " ") && (o == "  " || index(o, " " $2 " "))' | wc -l)
 i=0
 while read -r method name flags; do
   case " ${want[*]} " in *" $method "*) ;; *) continue ;; esac
+  keep "$name" || continue
   i=$((i + 1))
   dir="$out/$method/$name"
   echo "== [$i/$total] $method $name ${flags:-(preset)}"

@@ -67,7 +67,7 @@ def tables(data: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(data: dict, path: str) -> None:
+def plot(data: dict, path: str, problems: str = "200 held-out problems") -> None:
     """A dot plot: one row per variant, pass@1 on x, one marker per budget."""
     width, left, right, row_h, top = 760, 190, 30, 18, 40
     budgets = sorted({b for runs in data.values() for _, _, rows in runs for b in rows})
@@ -79,7 +79,7 @@ def plot(data: dict, path: str) -> None:
            f'font-family="sans-serif" font-size="12">',
            f'<rect width="{width}" height="{height}" fill="white"/>',
            f'<text x="{width / 2}" y="18" text-anchor="middle" font-size="14">pass@1 of each '
-           f'ablation (greedy, 200 held-out problems); dashed: the preset</text>']
+           f'ablation (greedy, {problems}); dashed: the preset</text>']
     for i, b in enumerate(budgets):
         cx = left + i * 130
         out.append(f'<circle cx="{cx}" cy="30" r="4" fill="{colors[i % len(colors)]}"/>'
@@ -118,13 +118,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root", help="the directory tools/tiny/ablate.sh wrote (runs/tiny/ablate)")
     ap.add_argument("--plot", help="also write the dot plot to this SVG file")
+    ap.add_argument("--problems", default="200 held-out problems",
+                    help="what the runs evaluated, for the plot's title")
     a = ap.parse_args()
     data = load(a.root)
     if not data:
         raise SystemExit(f"{a.root}: no ablation runs (run tools/tiny/ablate.sh)")
     print(tables(data))
     if a.plot:
-        plot(data, a.plot)
+        plot(data, a.plot, a.problems)
 
 
 if __name__ == "__main__":

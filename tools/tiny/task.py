@@ -87,9 +87,115 @@ def make_problem(rng: random.Random, min_computed: int = MIN_COMPUTED,
             "solution": "\n\n".join(thoughts)}
 
 
-def problems(seed: int, count: int) -> list:
+# ---- The second family, `redundant` (issue #19): a chain of thought with redundant thoughts ----
+# Same programs and lines as above, with three differences. (1) Locality: operands are drawn
+# from the last LOCAL names (constants included), so a line needs recent values, and the
+# question's operand u (a statement of the first third) is never read again after its line: the
+# answer needs u's one binding, written early in the chain, and a digit. (2) After a share
+# `rate` of the statements (evenly spaced: after statement i when floor((i+1) rate) >
+# floor(i rate), a function of the statement's name) comes a redundant thought, `verify` ...
+# `ok`, of one of three kinds in turn:
+#   recheck  - the previous statement's line again, exactly (a re-derivation);
+#   restate  - the statement and its result restated (`f=a f+d 3:f`);
+#   inverse  - the line checked backwards, a small variation (`f=a f+d f3 d1,3-1=2:a`: the
+#              result minus the second operand gives the first operand's value, rebound).
+# Every token of them is a one-hop lookup or a local copy, as in the derivation lines
+# (tools/tiny/README.md): a restated binding follows the token that names it.
+# Each repeats only what is already in the context: dropping every redundant thought loses
+# nothing the answer needs, while u's binding, the statements in the prompt and the recent
+# bindings are needed. (3) The question adds a digit (`ans=u ans+5`).
+REDUNDANCY = 0.75  # the shipped model's rate (models/rkv-tiny-redundant)
+LOCAL = 4
+KINDS = ("recheck", "restate", "inverse")
+
+
+def _inverse(op: str) -> str:
+    return "-" if op == "+" else "+"
+
+
+def redundant_schedule(n_computed: int, rate: float) -> list:
+    """The kind of redundant thought after each computed statement (None: no thought)."""
+    from fractions import Fraction
+    r = Fraction(rate).limit_denominator(100)
+    out, k = [], 0
+    for i in range(n_computed):
+        if int((i + 1) * r) > int(i * r):
+            out.append(KINDS[k % len(KINDS)])
+            k += 1
+        else:
+            out.append(None)
+    return out
+
+
+def make_redundant_problem(rng: random.Random, min_computed: int = MIN_COMPUTED,
+                           max_computed: int = MAX_COMPUTED, rate: float = REDUNDANCY) -> dict:
+    """One problem of the `redundant` family, as make_problem's dict plus "redundant_chars":
+    the characters of the solution that belong to redundant thoughts (their share of the
+    chain)."""
+    n_computed = rng.randint(min_computed, max_computed)
+    names = NAMES[: NUM_CONSTANTS + n_computed]
+    u = names[NUM_CONSTANTS + rng.randrange(max(1, n_computed // 3))]
+    values = {}
+    program = []
+    for name in names[:NUM_CONSTANTS]:
+        values[name] = rng.randint(0, 9)
+        program.append(f"{values[name]}:{name}")
+    schedule = redundant_schedule(n_computed, rate)
+    thoughts, block, lines, redundant_chars = [], [], [], 0
+    for i, name in enumerate(names[NUM_CONSTANTS:]):
+        earlier = [x for x in names[: NUM_CONSTANTS + i][-LOCAL:] if x != u]
+        if not earlier:  # only when u is the last name and LOCAL is 1
+            earlier = [names[0]]
+        y = rng.choice(earlier)
+        z = rng.choice(earlier) if rng.random() < 0.5 else str(rng.randint(1, 9))
+        op = rng.choice(OPS)
+        statement, line, values[name] = derivation(name, y, op, z, values)
+        program.append(statement)
+        lines.append(line)
+        block.append(line)
+        kind = schedule[i]
+        if kind is None:
+            continue
+        thoughts.append("\n".join(block))
+        block = []
+        if kind == "recheck":
+            body = lines[i - 1] if i > 0 else line
+        elif kind == "restate":
+            body = f"{statement} {values[name]}:{name}"
+        else:
+            zv = values[z] if z in values else int(z)
+            reads = f" {name}{values[name]}" + (f" {z}{zv}" if z in values else "")
+            body = f"{statement}{reads},{values[name]}{_inverse(op)}{zv}={values[y]}:{y}"
+        thought = f"verify\n{body}\nok"
+        redundant_chars += len(thought) + 2
+        thoughts.append(thought)
+    statement, line, answer = derivation(ANSWER_NAME, u, rng.choice(OPS),
+                                         str(rng.randint(1, 9)), values)
+    program.append(statement)
+    block.append(line)
+    block.append(f"Final answer: \\boxed{{{answer}}}")
+    thoughts.append("\n".join(block))
+    return {"problem": "\n".join(program) + "\n", "answer": str(answer),
+            "solution": "\n\n".join(thoughts), "redundant_chars": redundant_chars}
+
+
+FAMILIES = {"chains": "chain", "redundant": "redundant"}  # family -> id prefix
+
+
+def make(rng: random.Random, family: str = "chains", short=None,
+         rate: float = REDUNDANCY) -> dict:
+    """One problem of `family`; `short` = (min, max) computed statements (the curriculum)."""
+    bounds = short or (MIN_COMPUTED, MAX_COMPUTED)
+    if family == "chains":
+        return make_problem(rng, *bounds)
+    if family == "redundant":
+        return make_redundant_problem(rng, *bounds, rate=rate)
+    raise ValueError(f"unknown task family {family!r} (known: {', '.join(FAMILIES)})")
+
+
+def problems(seed: int, count: int, family: str = "chains", rate: float = REDUNDANCY) -> list:
     rng = random.Random(seed)
-    return [make_problem(rng) for _ in range(count)]
+    return [make(rng, family, rate=rate) for _ in range(count)]
 
 
 def main() -> None:
@@ -99,10 +205,19 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="jsonl file to write")
     parser.add_argument("--with-solution", action="store_true",
                         help="also write the reference chain of thought ('solution')")
+    parser.add_argument("--family", choices=sorted(FAMILIES), default="chains",
+                        help="task family: chains (the first model's) or redundant (default chains)")
+    parser.add_argument("--redundancy", type=float, default=REDUNDANCY,
+                        help="redundant family: share of statements followed by a redundant "
+                             f"thought, 0.0-1.0 (default {REDUNDANCY}, the shipped model's)")
     args = parser.parse_args()
+    if not 0.0 <= args.redundancy <= 1.0:
+        parser.error("--redundancy must be within 0.0-1.0")
+    prefix = FAMILIES[args.family]
     with open(args.out, "w", encoding="utf-8") as f:
-        for i, p in enumerate(problems(args.seed, args.count)):
-            record = {"id": f"chain-{args.seed}-{i}", "problem": p["problem"], "answer": p["answer"]}
+        for i, p in enumerate(problems(args.seed, args.count, args.family, args.redundancy)):
+            record = {"id": f"{prefix}-{args.seed}-{i}", "problem": p["problem"],
+                      "answer": p["answer"]}
             if args.with_solution:
                 record["solution"] = p["solution"]
             f.write(json.dumps(record) + "\n")

@@ -143,16 +143,52 @@ class FactoredEmbedding(torch.nn.Module):
                 index[3, tid], present[3, tid] = units[last], 1.0
         self.register_buffer("index", index, persistent=False)
         self.register_buffer("present", present, persistent=False)
+        self.residual = False  # factored rows are parts + own (refactor)
 
     @property
     def weight(self) -> torch.Tensor:
         i, p = self.index, self.present[..., None]
         parts = (p[0] * self.space[0] + p[1] * (self.unit + self.first_only)[i[1]] +
                  p[2] * self.mark[i[2]] + p[3] * (self.unit + self.last_only)[i[3]])
+        if self.residual:
+            parts = parts + self.own
         return torch.where(i[0, :, None].bool(), parts, self.own)
 
     def forward(self, ids):
         return F.embedding(ids, self.weight)
+
+    def refactor(self, matrix: torch.Tensor) -> float:
+        """Starts from `matrix` (an exported model's embedding) and keeps the factoring: the
+        parts are the least-squares fit of the factored rows, and each factored row also gets
+        its own residual (`own`, added to its parts from now on), so the weight equals `matrix`
+        exactly. For a model trained factored the residual is ~0. Returns its largest entry."""
+        fact = self.index[0].bool()
+        rows = fact.nonzero().squeeze(1)
+        n, m = self.unit.shape[0], self.mark.shape[0]
+        # columns: space | unit | first_only | last_only | mark
+        a = torch.zeros(len(rows), 1 + 3 * n + m, dtype=torch.float64)
+        r = torch.arange(len(rows))
+        i, p = self.index[:, rows], self.present[:, rows].double()
+        a[:, 0] = p[0]
+        a[r, 1 + i[1]] += p[1]
+        a[r, 1 + n + i[1]] += p[1]
+        a[r, 1 + i[3]] += p[3]
+        a[r, 1 + 2 * n + i[3]] += p[3]
+        a[r, 1 + 3 * n + i[2]] += p[2]
+        x = torch.linalg.lstsq(a, matrix[rows].double(), driver="gelsd").solution
+        with torch.no_grad():
+            self.space.copy_(x[0:1])
+            self.unit.copy_(x[1:1 + n])
+            self.first_only.copy_(x[1 + n:1 + 2 * n])
+            self.last_only.copy_(x[1 + 2 * n:1 + 3 * n])
+            self.mark.copy_(x[1 + 3 * n:])
+            self.residual = False
+            fitted = self.weight
+            own = matrix.clone()
+            own[rows] = matrix[rows] - fitted[rows]
+            self.own.copy_(own)
+        self.residual = True
+        return float((matrix[rows] - fitted[rows]).abs().max())
 
 
 class Model(torch.nn.Module):
@@ -229,17 +265,58 @@ def export(model: Model, out: str) -> None:
     tokenizer.write(out)
 
 
-def held_out_problems() -> set:
-    return {p["problem"] for p in task.problems(HELD_OUT_SEED, 200)}
+def read_safetensors(path: str) -> dict:
+    """The float32 tensors of a safetensors file (what write_safetensors writes)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        assert meta["dtype"] == "F32", (name, meta["dtype"])
+        a, b = meta["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(data[a:b]), dtype=torch.float32).view(
+            meta["shape"])
+    return out
 
 
-def make_batch(step: int, size: int, seed: int, excluded: set, short=None):
+def load_exported(model: Model, model_dir: str) -> None:
+    """Loads an exported model (model.safetensors of the same shape) into `model`; the embedding
+    stays factored, refitted to the exported matrix (FactoredEmbedding.refactor)."""
+    tensors = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    residual = model.embed_tokens.refactor(tensors.pop("model.embed_tokens.weight"))
+    print(f"embedding refactored: largest residual {residual:.2e}", flush=True)
+    with torch.no_grad():
+        model.norm.weight.copy_(tensors.pop("model.norm.weight"))
+        for i, blk in enumerate(model.blocks):
+            p = f"model.layers.{i}."
+            blk.input_layernorm.weight.copy_(tensors.pop(p + "input_layernorm.weight"))
+            blk.post_attention_layernorm.weight.copy_(
+                tensors.pop(p + "post_attention_layernorm.weight"))
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                getattr(blk, name).weight.copy_(tensors.pop(p + f"self_attn.{name}.weight"))
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                getattr(blk, name).weight.copy_(tensors.pop(p + f"mlp.{name}.weight"))
+    assert not tensors, f"unused tensors in {model_dir}: {sorted(tensors)}"
+
+
+def held_out_problems(family: str = "chains", rate: float = task.REDUNDANCY) -> set:
+    return {p["problem"] for p in task.problems(HELD_OUT_SEED, 200, family, rate)}
+
+
+def make_batch(step: int, size: int, seed: int, excluded: set, short=None,
+               family: str = "chains", rate: float = task.REDUNDANCY):
     """(ids, targets) for one step; targets are -100 on prompt and padding positions. `short`,
     a (min, max) pair, draws the curriculum's shorter programs."""
     rng = random.Random(seed * 1_000_003 + step)
     seqs = []
     while len(seqs) < size:
-        p = task.make_problem(rng, *short) if short else task.make_problem(rng)
+        if family == "chains":  # the first model's draws, unchanged
+            p = task.make_problem(rng, *short) if short else task.make_problem(rng)
+        else:
+            p = task.make(rng, family, short, rate)
         if p["problem"] in excluded:
             continue
         prompt = tokenizer.encode(p["problem"])
@@ -276,7 +353,13 @@ def main() -> None:
     ap.add_argument("--short-max", type=int, default=12,
                     help="most computed statements of the curriculum's programs (default 12)")
     ap.add_argument("--init-from", default="",
-                    help="start from the weights of this .state.pt (a fresh optimizer and schedule)")
+                    help="start from the weights of this .state.pt, or of an exported model "
+                         "directory (its embedding then trains as an ordinary one); a fresh "
+                         "optimizer and schedule")
+    ap.add_argument("--family", choices=sorted(task.FAMILIES), default="chains",
+                    help="task family (tools/tiny/task.py; default chains, the first model's)")
+    ap.add_argument("--redundancy", type=float, default=task.REDUNDANCY,
+                    help=f"redundant family's rate (default {task.REDUNDANCY})")
     ap.add_argument("--batch", type=int, default=16, help="sequences per step (default 16)")
     ap.add_argument("--lr", type=float, default=1e-3,
                     help="peak learning rate (default 1e-3; 3e-3 keeps lookup from forming)")
@@ -299,18 +382,28 @@ def main() -> None:
     start, tokens_seen, elapsed0 = 0, 0, 0.0
     if args.resume and os.path.exists(state_path):
         state = torch.load(state_path)
+        if state.get("unfactored"):
+            model.embed_tokens.index[0].zero_()
+        model.embed_tokens.residual = bool(state.get("residual"))
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start, tokens_seen, elapsed0 = state["step"], state["tokens"], state["elapsed"]
         print(f"resumed at step {start}", flush=True)
     else:
-        if args.init_from:
-            model.load_state_dict(torch.load(args.init_from)["model"])
+        if os.path.isdir(args.init_from):
+            load_exported(model, args.init_from)
+            print(f"weights from the exported model {args.init_from}", flush=True)
+        elif args.init_from:
+            state = torch.load(args.init_from)
+            if state.get("unfactored"):
+                model.embed_tokens.index[0].zero_()
+            model.embed_tokens.residual = bool(state.get("residual"))
+            model.load_state_dict(state["model"])
             print(f"weights from {args.init_from}", flush=True)
         if os.path.exists(log_path):
             os.remove(log_path)
     os.makedirs(args.out, exist_ok=True)
-    excluded = held_out_problems()
+    excluded = held_out_problems(args.family, args.redundancy)
     print(f"model: {n_params / 1e6:.2f}M parameters; {args.steps} steps of {args.batch} sequences",
           flush=True)
 
@@ -324,7 +417,8 @@ def main() -> None:
     window = []
     for step in range(start, args.steps):
         short = (args.short_min, args.short_max) if step < args.short_steps else None
-        ids, targets = make_batch(step, args.batch, args.seed, excluded, short)
+        ids, targets = make_batch(step, args.batch, args.seed, excluded, short, args.family,
+                                  args.redundancy)
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
         logits = model(ids)
@@ -352,7 +446,9 @@ def main() -> None:
         if done % args.save_every == 0 or done == args.steps:
             export(model, args.out)
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": done,
-                        "tokens": tokens_seen, "elapsed": time.time() - t0}, state_path)
+                        "tokens": tokens_seen, "elapsed": time.time() - t0,
+                        "unfactored": not bool(model.embed_tokens.index[0].any()),
+                        "residual": model.embed_tokens.residual}, state_path)
             print(f"saved {args.out} at step {done}", flush=True)
 
 
