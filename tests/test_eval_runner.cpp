@@ -23,21 +23,26 @@ std::vector<std::string> lines_of(const fs::path& p) {
   return out;
 }
 
-TEST(EvalRunner, ResumesAnInterruptedRunToTheSameRecords) {
-  const fs::path dir = fs::temp_directory_path() / ("rkv-eval-" + std::to_string(::getpid()));
+// A fresh directory holding a random tiny checkpoint (`model`) and the first `problems` of three
+// arithmetic problems (`data.jsonl`).
+fs::path write_fixture(const std::string& tag, DType dtype, int problems) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("rkv-eval-" + tag + "-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   RandomCheckpointOptions ck;
   ck.shape = "tiny";
+  ck.dtype = dtype;
   write_random_checkpoint(dir / "model", ck);
-  {
-    std::ofstream data(dir / "data.jsonl");
-    data << R"({"problem": "What is 1+1?", "answer": "2", "unique_id": "a"})"
-         << "\n"
-         << R"({"problem": "What is 2+3?", "answer": "5", "unique_id": "b"})"
-         << "\n"
-         << R"({"problem": "What is 10-4?", "answer": "6", "unique_id": "c"})"
-         << "\n";
-  }
+  const char* lines[] = {R"({"problem": "What is 1+1?", "answer": "2", "unique_id": "a"})",
+                         R"({"problem": "What is 2+3?", "answer": "5", "unique_id": "b"})",
+                         R"({"problem": "What is 10-4?", "answer": "6", "unique_id": "c"})"};
+  std::ofstream data(dir / "data.jsonl");
+  for (int i = 0; i < problems; ++i) data << lines[i] << "\n";
+  return dir;
+}
+
+TEST(EvalRunner, ResumesAnInterruptedRunToTheSameRecords) {
+  const fs::path dir = write_fixture("resume", RandomCheckpointOptions{}.dtype, 3);
   auto model = Model::load(dir / "model");
   const Tokenizer tokenizer = Tokenizer::load(dir / "model");
   const Dataset dataset = load_dataset(dir / "data.jsonl", {});
@@ -89,17 +94,7 @@ TEST(EvalRunner, ResumesAnInterruptedRunToTheSameRecords) {
 // and budgets may be added; another temperature, cache dtype or method setting is refused, and
 // the samples are left as they were.
 TEST(EvalRunner, RefusesToResumeUnderOtherSettings) {
-  const fs::path dir = fs::temp_directory_path() / ("rkv-eval-set-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  RandomCheckpointOptions ck;
-  ck.shape = "tiny";
-  ck.dtype = DType::F32;
-  write_random_checkpoint(dir / "model", ck);
-  {
-    std::ofstream data(dir / "data.jsonl");
-    data << R"({"problem": "What is 1+1?", "answer": "2", "unique_id": "a"})"
-         << "\n";
-  }
+  const fs::path dir = write_fixture("settings", DType::F32, 1);
   auto model = Model::load(dir / "model");
   const Tokenizer tokenizer = Tokenizer::load(dir / "model");
   const Dataset dataset = load_dataset(dir / "data.jsonl", {});

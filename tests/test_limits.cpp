@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/limits.h"
 #include "model/model.h"
@@ -33,7 +34,16 @@ TEST(MachineLimits, EveryLoopComputesItsClosedForm) {
     EXPECT_FLOAT_EQ(loops->read_sum(data.data(), data.size()), 64.0f * (63.0f * 64.0f / 2.0f));
     EXPECT_GT(loops->flops_per_iteration, 0.0);
     if (isa == Isa::Avx512Bf16) {
-      // Each lane adds 2 * (0.5 * 1e-3 + seed * -1e-3) in bf16 per iteration.
+      // 12 chains of 16 lanes, chain j starting at seed + j; every iteration adds to lanes 0-7
+      // the dot product of the bf16 pairs (seed, seed) . (-1e-3, -1e-3) and to lanes 8-15
+      // (0.5, 0.5) . (1e-3, 1e-3), the operands rounded to bf16.
+      const std::size_t n = 1000;
+      const float seed = 2.0f;
+      const double bs = bf16_to_f32(f32_to_bf16(seed)), b3 = bf16_to_f32(f32_to_bf16(1e-3f));
+      double want = 0.0;
+      for (int j = 0; j < 12; ++j) want += 16.0 * (seed + j);
+      want += 12.0 * static_cast<double>(n) * (8 * 2 * bs * -b3 + 8 * 2 * 0.5 * b3);
+      EXPECT_NEAR(loops->compute(n, seed), want, 1e-3 * std::abs(want));
       continue;
     }
     // The compute loop iterates x <- 0.999 x + 0.001 in every lane of every chain, chain j

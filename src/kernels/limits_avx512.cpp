@@ -11,10 +11,9 @@
 namespace rkv::kernels {
 
 const LimitLoops* limit_loops_avx512();
+float limits_read_sum_avx512(const float* p, std::size_t n);
 
-namespace {
-
-float read_sum(const float* p, std::size_t n) {
+float limits_read_sum_avx512(const float* p, std::size_t n) {
   __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   for (std::size_t i = 0; i < n; i += 64) {
     s0 = _mm512_add_ps(s0, _mm512_loadu_ps(p + i));
@@ -24,6 +23,8 @@ float read_sum(const float* p, std::size_t n) {
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
+
+namespace {
 
 float compute(std::size_t iterations, float seed) {
   constexpr int kChains = 12;
@@ -37,7 +38,8 @@ float compute(std::size_t iterations, float seed) {
   return _mm512_reduce_add_ps(s);
 }
 
-constexpr LimitLoops kLoops{&read_sum, &compute, 12.0 * 16 * 2, "f32 FMA, 16 lanes (AVX-512)"};
+constexpr LimitLoops kLoops{&limits_read_sum_avx512, &compute, 12.0 * 16 * 2,
+                            "f32 FMA, 16 lanes (AVX-512)"};
 
 }  // namespace
 

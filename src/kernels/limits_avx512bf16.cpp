@@ -12,19 +12,10 @@
 namespace rkv::kernels {
 
 const LimitLoops* limit_loops_avx512bf16();
+// The streaming read is AVX-512's (limits_avx512.cpp).
+float limits_read_sum_avx512(const float* p, std::size_t n);
 
 namespace {
-
-float read_sum(const float* p, std::size_t n) {
-  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-  for (std::size_t i = 0; i < n; i += 64) {
-    s0 = _mm512_add_ps(s0, _mm512_loadu_ps(p + i));
-    s1 = _mm512_add_ps(s1, _mm512_loadu_ps(p + i + 16));
-    s2 = _mm512_add_ps(s2, _mm512_loadu_ps(p + i + 32));
-    s3 = _mm512_add_ps(s3, _mm512_loadu_ps(p + i + 48));
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
-}
 
 float compute(std::size_t iterations, float seed) {
   constexpr int kChains = 12;
@@ -39,7 +30,7 @@ float compute(std::size_t iterations, float seed) {
   return _mm512_reduce_add_ps(s);
 }
 
-constexpr LimitLoops kLoops{&read_sum, &compute, 12.0 * 16 * 4,
+constexpr LimitLoops kLoops{&limits_read_sum_avx512, &compute, 12.0 * 16 * 4,
                             "bf16 dot products into f32, 16 lanes (AVX512-BF16)"};
 
 }  // namespace
