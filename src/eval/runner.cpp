@@ -134,13 +134,7 @@ void check_and_record_settings(const std::filesystem::path& path, json now, bool
                  "without checking that they were made with these settings\n",
                  path.parent_path().string().c_str());
   }
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << now.dump(2) << "\n";
-    if (!out) throw Error(tmp.string() + ": cannot write");
-  }
-  std::filesystem::rename(tmp, path);
+  write_file_atomic(path, now.dump(2) + "\n");
 }
 
 std::string format_duration(double s) {
