@@ -20,7 +20,7 @@ threads=${RKV_THREADS:-2}
 methods=fullkv,random,streamingllm,h2o,snapkv,rkv,gkv,skipkv
 # 10%, 19% and 33% of the mean fullkv chain (514 tokens), R-KV's range; 16 tokens of buffer.
 budgets=${RKV_BUDGETS:-52,100,172}
-# RKV_LIMIT=N: the first N problems only (docs/RESULTS.md's run used 100, for time)
+# RKV_LIMIT=N: the first N problems only (docs/RESULTS.md's tables use all 200)
 limit=${RKV_LIMIT:-0}
 mkdir -p "$out"
 
