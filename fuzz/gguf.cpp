@@ -1,7 +1,8 @@
 // Fuzzes the GGUF reader (src/model/gguf.cpp): magic, version, counts, metadata of every value
 // type (strings, arrays), tensor infos, alignment and data bounds; then the GGUF model loader
-// and the SentencePiece-style vocabulary loader on what the reader accepted. The input is written
-// to a file and opened through the production paths (GgufFile, Model::load, Tokenizer::load).
+// and the vocabulary loaders (SentencePiece-style and byte-level BPE) on what the reader accepted.
+// The input is written to a file and opened through the production paths (GgufFile, Model::load,
+// Tokenizer::load).
 #include <cstddef>
 #include <cstdint>
 

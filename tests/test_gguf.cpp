@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <optional>
@@ -81,6 +82,20 @@ struct GgufBuilder {
     put_u32(kv, 8);
     put_u64(kv, v.size());
     for (const auto& e : v) put_str(kv, e);
+    ++n_kv;
+  }
+  void add_i32_array(const std::string& key, const std::vector<std::int32_t>& v) {
+    put_str(kv, key);
+    put_u32(kv, 9);
+    put_u32(kv, 5);
+    put_u64(kv, v.size());
+    for (std::int32_t e : v) kv.append(reinterpret_cast<const char*>(&e), 4);
+    ++n_kv;
+  }
+  void add_bool(const std::string& key, bool v) {
+    put_str(kv, key);
+    put_u32(kv, 7);
+    kv += static_cast<char>(v ? 1 : 0);
     ++n_kv;
   }
   void add_f32_tensor(const std::string& name, std::vector<std::uint64_t> dims,
@@ -422,13 +437,13 @@ TEST(GgufModel, BadModelsAreRefusedClearly) {
 TEST(GgufTokenizer, UnsupportedOrMissingVocabularyIsNamed) {
   test::TempDir dir("gguf");
   GgufBuilder b = small_file();
-  b.add_str("tokenizer.ggml.model", "gpt2");
+  b.add_str("tokenizer.ggml.model", "bert");
   const auto path = dir.write("v.gguf", b.build());
   try {
     Tokenizer::load(path);
-    FAIL() << "a gpt2 vocabulary was accepted";
+    FAIL() << "a bert vocabulary was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.model 'gpt2' is not supported yet"),
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.model 'bert' is not supported"),
               std::string::npos)
         << e.what();
   }
@@ -457,6 +472,216 @@ TEST(GgufTokenizer, UnsupportedOrMissingVocabularyIsNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no vocabulary in this GGUF file"), std::string::npos)
         << e.what();
+  }
+}
+
+// ---- byte-level BPE ("gpt2") vocabularies ----------------------------------------------------
+
+// GPT-2's byte-level form of a byte (bytes_to_unicode), written independently of rkv's table.
+std::string byte_level_form(int b) {
+  int cp = b;
+  if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {
+    int n = 0;
+    for (int x = 0; x < b; ++x)
+      if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) ++n;
+    cp = 256 + n;
+  }
+  std::string out;
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+
+// A small gpt2 vocabulary: the 256 bytes, "ab" and "Ġa" by merges, an added token; `edit`
+// changes the builder before it is written.
+std::string gpt2_vocab_error(const test::TempDir& dir,
+                             const std::function<void(GgufBuilder&)>& edit,
+                             std::vector<std::string> extra_tokens = {}) {
+  GgufBuilder b;
+  b.add_str("tokenizer.ggml.model", "gpt2");
+  std::vector<std::string> tokens;
+  for (int i = 0; i < 256; ++i) tokens.push_back(byte_level_form(i));
+  tokens.push_back("ab");
+  tokens.push_back(
+      "\xC4\xA0"
+      "a");
+  for (auto& t : extra_tokens) tokens.push_back(std::move(t));
+  b.add_str_array("tokenizer.ggml.tokens", tokens);
+  edit(b);
+  try {
+    Tokenizer::load(dir.write("gpt2.gguf", b.build()));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(GgufTokenizer, Gpt2VocabularyErrorsAreNamed) {
+  test::TempDir dir("gguf");
+  auto merges = [](std::vector<std::string> m) {
+    return [m](GgufBuilder& b) {
+      b.add_str("tokenizer.ggml.pre", "qwen2");
+      b.add_str_array("tokenizer.ggml.merges", m);
+    };
+  };
+  EXPECT_EQ(gpt2_vocab_error(dir, merges({"a b", "\xC4\xA0 a"})), "");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {gpt2_vocab_error(dir,
+                        [](GgufBuilder& b) {
+                          b.add_str("tokenizer.ggml.pre", "falcon");
+                          b.add_str_array("tokenizer.ggml.merges", {"a b"});
+                        }),
+       "tokenizer.ggml.pre 'falcon' is not supported"},
+      {gpt2_vocab_error(dir, [](GgufBuilder& b) { b.add_str("tokenizer.ggml.pre", "qwen2"); }),
+       "metadata tokenizer.ggml.merges is missing"},
+      {gpt2_vocab_error(dir, merges({"a b", "a b c"})),
+       "tokenizer.ggml.merges[1] is not two tokens separated by one space: 'a b c'"},
+      {gpt2_vocab_error(dir, merges({"ab"})), "tokenizer.ggml.merges[0] is not two tokens"},
+      {gpt2_vocab_error(dir, merges({"b c"})),
+       "tokenizer.ggml.merges[0] ('b c') refers to the token 'bc', which is not in "
+       "tokenizer.ggml.tokens"},
+      {gpt2_vocab_error(dir, merges({"a b"}), {"ab"}), "holds the same token twice"},
+      {gpt2_vocab_error(dir,
+                        [&](GgufBuilder& b) {
+                          merges({"a b"})(b);
+                          std::vector<std::int32_t> types(258, 1);
+                          types[7] = 9;
+                          b.add_i32_array("tokenizer.ggml.token_type", types);
+                        }),
+       "token 7 has unknown type 9"},
+  };
+  for (const auto& [message, expected] : cases)
+    EXPECT_NE(message.find(expected), std::string::npos) << message << "\nexpected: " << expected;
+}
+
+// Hand-worked: with the merges "a b" then "Ġ a", " ab" splits by the pre-tokenizer into the
+// word " ab" = bytes [Ġ, a, b]; rank 0 merges a+b first, leaving [Ġ, ab] (no merge joins them).
+// "<x>" is a user-defined token, matched in the text; the BOS is added by the file's flag.
+TEST(GgufTokenizer, Gpt2TinyVocabularyHandWorked) {
+  test::TempDir dir("gguf");
+  GgufBuilder b;
+  b.add_str("tokenizer.ggml.model", "gpt2");
+  b.add_str("tokenizer.ggml.pre", "gpt-2");
+  std::vector<std::string> tokens;
+  for (int i = 0; i < 256; ++i) tokens.push_back(byte_level_form(i));
+  tokens.push_back("ab");  // 256
+  tokens.push_back(
+      "\xC4\xA0"
+      "a");                 // 257
+  tokens.push_back("<x>");  // 258, user-defined
+  tokens.push_back("<s>");  // 259, control
+  b.add_str_array("tokenizer.ggml.tokens", tokens);
+  std::vector<std::int32_t> types(260, 1);
+  types[258] = 4;
+  types[259] = 3;
+  b.add_i32_array("tokenizer.ggml.token_type", types);
+  b.add_str_array("tokenizer.ggml.merges", {"a b", "\xC4\xA0 a"});
+  b.add_u32("tokenizer.ggml.bos_token_id", 259);
+  b.add_u32("tokenizer.ggml.eos_token_id", 259);
+  b.add_bool("tokenizer.ggml.add_bos_token", true);
+  const Tokenizer tok = Tokenizer::load(dir.write("t.gguf", b.build()));
+  EXPECT_EQ(tok.vocab_size(), 260);
+  EXPECT_EQ(tok.bos_id(), 259);
+  EXPECT_EQ(tok.encode(" ab", false), (std::vector<int32_t>{0x20 + 0, 256}));
+  EXPECT_EQ(tok.encode(" a", false), (std::vector<int32_t>{257}));
+  EXPECT_EQ(tok.encode("ab<x> a"), (std::vector<int32_t>{259, 256, 258, 257}));
+  EXPECT_TRUE(tok.is_added(258));
+  EXPECT_FALSE(tok.is_special(258));
+  EXPECT_TRUE(tok.is_special(259));
+  EXPECT_EQ(tok.decode({256, 258, 257}), "ab<x> a");
+}
+
+// make-model's GGUF file carries the same vocabulary as its safetensors checkpoint's
+// tokenizer.json: both load to the same ids, specials and chat template (Qwen2 style, and
+// Llama-3 style with a BOS and whole-word lookups).
+TEST(GgufTokenizer, MakeModelGgufVocabularyEqualsItsTokenizerJson) {
+  test::TempDir dir("gguf-vocab");
+  const std::vector<std::string> texts = {
+      "",
+      "Hello world, 12345 tokens!  \n\tcaf\xC3\xA9 e\xCC\x81 the quick brown fox",
+      "<think>\nLet x = 3. Then 2x + 1 = 7.\n</think>\n\\boxed{7}<|im_end|>",
+      "<\xEF\xBD\x9C"
+      "User\xEF\xBD\x9C>hi there<\xEF\xBD\x9C"
+      "Assistant\xEF\xBD\x9C>",
+      "   leading spaces and trailing   ",
+      "\xF0\x9F\x98\x80 emoji, \xE4\xB8\xAD\xE6\x96\x87",
+      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa bbbbbbbbbb 0000000000"};
+  for (const std::string shape : {"tiny", "tiny-llama-256"}) {
+    SCOPED_TRACE(shape);
+    RandomCheckpointOptions o;
+    o.shape = shape;
+    o.dtype = DType::F32;
+    write_random_checkpoint(dir.path() / shape, o);
+    write_random_gguf(dir.path() / (shape + ".gguf"), o);
+    const Tokenizer json_tok = Tokenizer::load(dir.path() / shape);
+    const Tokenizer gguf_tok = Tokenizer::load(dir.path() / (shape + ".gguf"));
+    EXPECT_EQ(gguf_tok.vocab_size(), json_tok.vocab_size());
+    EXPECT_EQ(gguf_tok.bos_id(), json_tok.bos_id());
+    EXPECT_EQ(gguf_tok.adds_bos(), json_tok.adds_bos());
+    EXPECT_EQ(gguf_tok.eos_ids(), json_tok.eos_ids());
+    EXPECT_EQ(gguf_tok.chat_template_text(), json_tok.chat_template_text());
+    for (int32_t id = 0; id < json_tok.vocab_size(); ++id) {
+      ASSERT_EQ(gguf_tok.token_string(id), json_tok.token_string(id)) << id;
+      ASSERT_EQ(gguf_tok.is_special(id), json_tok.is_special(id)) << id;
+    }
+    for (const auto& text : texts) {
+      SCOPED_TRACE(text);
+      const auto ids = json_tok.encode(text);
+      EXPECT_EQ(gguf_tok.encode(text), ids);
+      EXPECT_EQ(gguf_tok.decode(ids), json_tok.decode(ids));
+    }
+  }
+}
+
+// A real vocabulary through the GGUF path: the Qwen3 golden files (vocab.json, merges.txt, the
+// added tokens of tokenizer_config.json) written as llama.cpp's converter writes them (tokens
+// by id, control for special added tokens and user-defined for the others, merges as "a b",
+// pre-tokenizer qwen2), then every golden case encoded to the Hugging Face ids.
+TEST(GgufTokenizer, QwenGoldenCasesThroughAGgufVocabulary) {
+  const fs::path shared = test::shared_dir();
+  const fs::path src = shared / "golden" / "tokenizer" / "qwen3_0.6b";
+  if (!fs::exists(src)) GTEST_SKIP() << "../shared (the golden files) is not beside the repository";
+  const auto vocab = test::read_json(src / "vocab.json");
+  const auto config = test::read_json(src / "tokenizer_config.json");
+  std::vector<std::string> tokens(vocab.size());
+  std::vector<std::int32_t> types(vocab.size(), 1);
+  for (const auto& [text, id] : vocab.items()) tokens.at(id.get<std::size_t>()) = text;
+  for (const auto& [key, value] : config["added_tokens_decoder"].items()) {
+    const std::size_t id = std::stoul(key);
+    if (id >= tokens.size()) {
+      tokens.resize(id + 1);
+      types.resize(id + 1, 1);
+    }
+    tokens[id] = value["content"].get<std::string>();
+    types[id] = value["special"].get<bool>() ? 3 : 4;
+  }
+  std::vector<std::string> merges;
+  std::ifstream in(src / "merges.txt");
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line.rfind("#version", 0) != 0) merges.push_back(line);
+  GgufBuilder b;
+  b.add_str("tokenizer.ggml.model", "gpt2");
+  b.add_str("tokenizer.ggml.pre", "qwen2");
+  b.add_str_array("tokenizer.ggml.tokens", tokens);
+  b.add_i32_array("tokenizer.ggml.token_type", types);
+  b.add_str_array("tokenizer.ggml.merges", merges);
+  b.add_u32("tokenizer.ggml.eos_token_id", 151645);  // <|im_end|>
+  b.add_bool("tokenizer.ggml.add_bos_token", false);
+  test::TempDir dir("gguf-qwen");
+  const Tokenizer tok = Tokenizer::load(dir.write("qwen3-vocab.gguf", b.build()));
+  EXPECT_EQ(tok.vocab_size(), 151669);
+  const auto golden = test::read_json(src / "golden_tokenizer.json");
+  ASSERT_EQ(golden["cases"].size(), 66u);
+  int index = 0;
+  for (const auto& c : golden["cases"]) {
+    SCOPED_TRACE("case " + std::to_string(index++) + ": " + c["text"].dump());
+    const std::vector<int32_t> ids = tok.encode(c["text"].get<std::string>());
+    EXPECT_EQ(ids, c["ids"].get<std::vector<int32_t>>());
+    EXPECT_EQ(tok.decode(ids), c["decoded"].get<std::string>());
   }
 }
 
@@ -677,8 +902,8 @@ TEST(GgufQuantized, MalformedQuantizedTensorsAreNamed) {
       << msg;
 }
 
-// The GGUF text of a model file's metadata (the u32, f32, bool and string entries make-model
-// writes), so a file can be rewritten with other tensors.
+// The GGUF text of a model file's metadata (the u32, f32, bool, string and array entries
+// make-model writes), so a file can be rewritten with other tensors.
 void copy_metadata(const GgufFile& from, GgufBuilder& to) {
   for (const auto& [key, v] : from.metadata()) {
     switch (v.type) {
@@ -690,6 +915,20 @@ void copy_metadata(const GgufFile& from, GgufBuilder& to) {
         break;
       case GgufValueType::String:
         to.add_str(key, v.text);
+        break;
+      case GgufValueType::Bool:
+        to.add_bool(key, v.integer != 0);
+        break;
+      case GgufValueType::Array:
+        if (v.array_type == GgufValueType::String) {
+          to.add_str_array(key, v.texts);
+          break;
+        }
+        if (v.array_type == GgufValueType::Int32) {
+          to.add_i32_array(key, std::vector<std::int32_t>(v.integers.begin(), v.integers.end()));
+          break;
+        }
+        ADD_FAILURE() << "metadata " << key << ": an array of an unexpected type";
         break;
       default:
         ADD_FAILURE() << "metadata " << key << " of an unexpected type";
@@ -1122,6 +1361,103 @@ TEST(GgufCli, GenerateAndTokenizeTakeAGgufFile) {
             0);
   std::vector<int> want_q8(expected_q8.begin(), expected_q8.begin() + 32);
   EXPECT_EQ(nlohmann::json::parse(out).get<std::vector<int>>(), want_q8) << out;
+}
+
+// ---- Llama-3.1 rope scaling -------------------------------------------------------------------
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(double(a[i]) - double(b[i])));
+  return d;
+}
+
+// llama.cpp's converter (LlamaModel.generate_extra_tensors), restated: per frequency
+// theta^(-2j/d) of wavelength w, the divisor 1 when w < old/high, factor when w > old/low, and
+// 1 / ((1 - s) / factor + s) with s = (old / w - low) / (high - low) between.
+std::vector<float> converter_rope_freqs(const ModelConfig& c) {
+  const auto& r = c.rope_scaling;
+  std::vector<float> out;
+  for (int j = 0; j < c.head_dim / 2; ++j) {
+    const double freq = std::pow(double(c.rope_theta), -2.0 * j / c.head_dim);
+    const double w = 2.0 * M_PI / freq;
+    const double old = r.original_max_position_embeddings;
+    if (w < old / r.high_freq_factor) {
+      out.push_back(1.0f);
+    } else if (w > old / r.low_freq_factor) {
+      out.push_back(r.factor);
+    } else {
+      const double s = (old / w - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      out.push_back(static_cast<float>(1.0 / ((1.0 - s) / r.factor + s)));
+    }
+  }
+  return out;
+}
+
+// A copy of an f32 GGUF file's metadata and tensors, plus rope_freqs.weight = `divisors`.
+std::string with_rope_freqs(const GgufFile& base, const std::vector<float>& divisors) {
+  GgufBuilder b;
+  copy_metadata(base, b);
+  for (const auto& t : base.tensors()) {
+    std::vector<float> v(static_cast<std::size_t>(t.numel()));
+    std::memcpy(v.data(), t.data, v.size() * 4);
+    b.add_f32_tensor(t.name, std::vector<std::uint64_t>(t.dims.begin(), t.dims.end()), v);
+  }
+  b.add_f32_tensor("rope_freqs.weight", {static_cast<std::uint64_t>(divisors.size())}, divisors);
+  return b.build();
+}
+
+// The golden Llama-3.1-scaled checkpoint as a llama GGUF file with the converter's
+// rope_freqs.weight gives the checkpoint's logits (which test_model_golden checks against
+// Hugging Face); without the tensor the logits differ, so the divisors are really applied.
+TEST(GgufModel, Llama3RopeScalingFromRopeFreqsMatchesTheGoldenCheckpoint) {
+  const fs::path dir = test::shared_dir() / "golden" / "models" / "llama3_rope_scaled_f32";
+  if (!fs::exists(dir)) GTEST_SKIP() << "../shared (the golden files) is not beside the repository";
+  const auto reference = Model::load(dir);
+  ASSERT_TRUE(reference->config().rope_scaling.llama3);
+  const std::vector<float> divisors = converter_rope_freqs(reference->config());
+  // The scaling must change some frequencies for this test to mean anything.
+  ASSERT_NE(std::count(divisors.begin(), divisors.end(), 1.0f),
+            static_cast<std::ptrdiff_t>(divisors.size()));
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 60; ++i) ids.push_back((i * 37 + 11) % reference->config().vocab_size);
+  const auto want = all_logits(*reference, ids);
+
+  test::TempDir tmp("gguf-rope");
+  const auto plain_path = tmp.write("plain.gguf", gguf_from_checkpoint(dir, "llama", true));
+  const GgufFile plain(plain_path);
+  const auto scaled = Model::load(tmp.write("scaled.gguf", with_rope_freqs(plain, divisors)));
+  EXPECT_LE(max_abs_diff(all_logits(*scaled, ids), want), 1e-4);
+  const auto unscaled = Model::load(plain_path);
+  EXPECT_GT(max_abs_diff(all_logits(*unscaled, ids), want), 1e-3);
+
+  // A divisor that is not positive is refused, naming the entry.
+  std::vector<float> bad = divisors;
+  bad[3] = 0.0f;
+  try {
+    Model::load(tmp.write("bad.gguf", with_rope_freqs(plain, bad)));
+    FAIL() << "a zero rope_freqs divisor was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_freqs.weight[3] is 0"), std::string::npos)
+        << e.what();
+  }
+}
+
+// make-model writes the scaling both ways (config.json's rope_scaling for safetensors, the
+// rope_freqs.weight divisors for GGUF): the two files give the same logits.
+TEST(GgufModel, MakeModelLlama3RopeScalingGgufEqualsItsCheckpoint) {
+  test::TempDir dir("gguf-rope-mm");
+  RandomCheckpointOptions o;
+  o.shape = "tiny-llama3-rope";
+  o.dtype = DType::F32;
+  write_random_checkpoint(dir.path() / "st", o);
+  write_random_gguf(dir.path() / "m.gguf", o);
+  const auto st = Model::load(dir.path() / "st");
+  const auto gg = Model::load(dir.path() / "m.gguf");
+  ASSERT_TRUE(st->config().rope_scaling.llama3);
+  ASSERT_NE(GgufFile(dir.path() / "m.gguf").find_tensor("rope_freqs.weight"), nullptr);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 60; ++i) ids.push_back((i * 53 + 7) % st->config().vocab_size);
+  EXPECT_LE(max_abs_diff(all_logits(*st, ids), all_logits(*gg, ids)), 1e-4);
 }
 
 }  // namespace

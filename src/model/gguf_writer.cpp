@@ -52,6 +52,24 @@ void GgufWriter::add_string(const std::string& key, const std::string& v) {
   ++n_kv_;
 }
 
+void GgufWriter::add_string_array(const std::string& key, const std::vector<std::string>& v) {
+  put_str(kv_, key);
+  put_u32(kv_, 9);  // array
+  put_u32(kv_, 8);  // of strings
+  put_u64(kv_, v.size());
+  for (const auto& s : v) put_str(kv_, s);
+  ++n_kv_;
+}
+
+void GgufWriter::add_i32_array(const std::string& key, const std::vector<std::int32_t>& v) {
+  put_str(kv_, key);
+  put_u32(kv_, 9);  // array
+  put_u32(kv_, 5);  // of int32
+  put_u64(kv_, v.size());
+  for (std::int32_t x : v) kv_.append(reinterpret_cast<const char*>(&x), 4);
+  ++n_kv_;
+}
+
 void GgufWriter::add_tensor(const std::string& name, const std::vector<std::int64_t>& shape,
                             DType dtype,
                             std::function<void(std::uint8_t* bytes, std::size_t nbytes)> fill) {

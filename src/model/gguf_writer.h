@@ -18,6 +18,8 @@ class GgufWriter {
   void add_f32(const std::string& key, float v);
   void add_bool(const std::string& key, bool v);
   void add_string(const std::string& key, const std::string& v);
+  void add_string_array(const std::string& key, const std::vector<std::string>& v);
+  void add_i32_array(const std::string& key, const std::vector<std::int32_t>& v);
   // A tensor of Hugging Face shape `shape` (slowest-varying first; GGUF lists it reversed) of
   // type `dtype`; fill(bytes, nbytes) writes its data when the file is written. The row length
   // (last dimension) must be a multiple of the type's block.

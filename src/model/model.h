@@ -111,6 +111,9 @@ class Model {
   std::vector<float> final_norm_;
   std::vector<LayerWeights> layers_;
   std::vector<float> inv_freq_;  // [head_dim / 2], llama3 scaling applied
+  // GGUF files: llama.cpp's rope_freqs.weight, one divisor per frequency (Llama-3.1's scaling as
+  // its converter stores it); empty when the file has none.
+  std::vector<float> rope_freq_divisors_;
   std::size_t weight_bytes_ = 0;
 };
 

@@ -68,6 +68,9 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
   if (is_gguf_path(dir)) {
     std::unique_ptr<Model> g = load_gguf(dir);
     g->inv_freq_ = rope_inv_freq(g->config_);
+    // llama.cpp's rope_freqs: theta_j = position * theta^(-2j/d) / divisor_j.
+    for (std::size_t j = 0; j < g->rope_freq_divisors_.size(); ++j)
+      g->inv_freq_[j] /= g->rope_freq_divisors_[j];
     return g;
   }
   std::unique_ptr<Model> m(new Model());

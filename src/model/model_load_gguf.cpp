@@ -8,10 +8,15 @@
 // Hugging Face's order on load (rows 0,2,4,... then 1,3,5,...) into memory the model owns.
 // qwen2 and qwen3 GGUF files already use the rotate-half ("NEOX") order and are used as they are.
 //
+// Rope: {arch}.rope.freq_base, and Llama-3.1's scaling from the rope_freqs.weight tensor
+// llama.cpp's converter writes (divisors of each frequency); {arch}.rope.scaling.type other than
+// none is refused.
+//
 // Weight types: F32, F16, BF16, and the block-quantized Q8_0, Q4_0, Q5_0, Q4_K and Q6_K (every type
 // llama-quantize's Q4_K_M preset writes), kept quantized in the mapped file and multiplied by the
 // quantized kernels (kernels.h); other quantized types are refused naming the type and tensor.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -184,8 +189,6 @@ std::unique_ptr<Model> Model::load_gguf(const std::filesystem::path& path) {
   if (const auto scaling = g.get_string(L.key("rope.scaling.type")); scaling && *scaling != "none")
     L.fail("rope scaling '" + *scaling + "' (" + L.key("rope.scaling.type") +
            ") is not supported for GGUF files yet");
-  if (g.find_tensor("rope_freqs.weight") != nullptr)
-    L.fail("tensor rope_freqs.weight (Llama-3.1 rope scaling) is not supported for GGUF files yet");
 
   if (const auto* tokens = g.get_string_array("tokenizer.ggml.tokens")) {
     c.vocab_size = static_cast<int>(tokens->size());
@@ -214,6 +217,16 @@ std::unique_ptr<Model> Model::load_gguf(const std::filesystem::path& path) {
   m->embed_tokens_ = L.matrix("token_embd.weight", V, H);
   m->lm_head_ = c.tie_word_embeddings ? m->embed_tokens_ : L.matrix("output.weight", V, H);
   m->final_norm_ = L.vector_f32("output_norm.weight", H);
+  // Llama-3.1's rope scaling, as llama.cpp's converter stores it: one divisor per frequency.
+  if (g.find_tensor("rope_freqs.weight") != nullptr) {
+    m->rope_freq_divisors_ = L.vector_f32("rope_freqs.weight", D / 2);
+    for (std::size_t j = 0; j < m->rope_freq_divisors_.size(); ++j) {
+      const float f = m->rope_freq_divisors_[j];
+      if (!(f > 0.0f) || !std::isfinite(f))
+        L.fail("rope_freqs.weight[" + std::to_string(j) + "] is " + std::to_string(f) +
+               ", expected a positive finite divisor");
+    }
+  }
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights w;

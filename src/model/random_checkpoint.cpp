@@ -69,6 +69,12 @@ const std::vector<ShapeEntry>& shapes() {
     t.push_back({"tiny-llama-256", "r1-llama",
                  make(Architecture::Llama, "LlamaForCausalLM", 256, 512, 2, 4, 2, 64, 1024, 5e5f,
                       1e-5f, false, 4096)});
+    // tiny-llama-256 with Llama-3.1's rope scaling from an original context of 64, so that the
+    // scaling changes most frequencies (GGUF files carry it as rope_freqs.weight).
+    ModelConfig scaled = make(Architecture::Llama, "LlamaForCausalLM", 256, 512, 2, 4, 2, 64, 1024,
+                              5e5f, 1e-5f, false, 4096);
+    scaled.rope_scaling = {true, 8.0f, 1.0f, 4.0f, 64};
+    t.push_back({"tiny-llama3-rope", "r1-llama", scaled});
     t.push_back({"qwen2.5-0.5b", "qwen",
                  make(Architecture::Qwen2, "Qwen2ForCausalLM", 896, 4864, 24, 14, 2, 64, 151936,
                       1e6f, 1e-6f, true, 32768)});
@@ -162,12 +168,28 @@ ModelConfig shape_config(const std::string& name) {
 
 namespace {
 
-void write_tokenizer_of_family(const std::filesystem::path& dir, const ModelConfig& config,
-                               const std::string& family) {
-  const Specials specials = family_specials(family);
-  const int n_special = static_cast<int>(specials.tokens.size());
-  const int n_regular = config.vocab_size - n_special;
-  if (n_regular < 256)
+// The synthetic byte-level BPE vocabulary of a shape: the 256 byte tokens, merges until the
+// regular part is full, then the family's special tokens. Written as tokenizer.json (+
+// tokenizer_config.json) for safetensors checkpoints and as tokenizer.ggml.* for GGUF files.
+struct SyntheticVocab {
+  Specials specials;
+  bool qwen = true;
+  int n_regular = 0;
+  std::vector<std::string> tokens;  // [vocab_size]: byte-level forms, then the specials' content
+  std::vector<std::string> merges;  // "left right", in rank order
+  bool is_special(int i) const {    // <think> and </think> are added but not special
+    const std::string& t = specials.tokens[static_cast<std::size_t>(i)];
+    return t != "<think>" && t != "</think>";
+  }
+};
+
+SyntheticVocab synthetic_vocab(const ModelConfig& config, const std::string& family) {
+  SyntheticVocab v;
+  v.specials = family_specials(family);
+  v.qwen = family != "r1-llama";
+  const int n_special = static_cast<int>(v.specials.tokens.size());
+  v.n_regular = config.vocab_size - n_special;
+  if (v.n_regular < 256)
     throw Error("vocabulary of " + std::to_string(config.vocab_size) +
                 " is too small for a byte-level tokenizer");
   std::vector<std::string> symbols;  // GPT-2's byte-level form of each byte
@@ -186,37 +208,44 @@ void write_tokenizer_of_family(const std::filesystem::path& dir, const ModelConf
   for (int b = 'A'; b <= 'Z'; ++b) add(b);
   for (int b = 0; b < 256; ++b) add(b);
 
-  json vocab = json::object();
-  std::vector<std::string> id_to_token;
-  for (int b = 0; b < 256; ++b) {
-    vocab[symbols[static_cast<std::size_t>(b)]] = b;
-    id_to_token.push_back(symbols[static_cast<std::size_t>(b)]);
-  }
-  json merges = json::array();
+  std::set<std::string> known(symbols.begin(), symbols.end());
+  v.tokens = symbols;
   // Pairs of bytes first, then (pair, byte) combinations, until the vocabulary is full.
   const std::size_t pair_count = order.size() * order.size();
-  for (std::size_t i = 0; static_cast<int>(id_to_token.size()) < n_regular; ++i) {
+  for (std::size_t i = 0; static_cast<int>(v.tokens.size()) < v.n_regular; ++i) {
     std::string left, right;
     if (i < pair_count) {
       left = symbols[static_cast<std::size_t>(order[i / order.size()])];
       right = symbols[static_cast<std::size_t>(order[i % order.size()])];
     } else {
       const std::size_t j = i - pair_count;
-      left = id_to_token[256 + j / order.size()];
+      left = v.tokens[256 + j / order.size()];
       right = symbols[static_cast<std::size_t>(order[j % order.size()])];
     }
-    const std::string merged = left + right;
-    if (vocab.contains(merged)) continue;
-    vocab[merged] = static_cast<int>(id_to_token.size());
-    id_to_token.push_back(merged);
-    merges.push_back(left + " " + right);
+    std::string merged = left + right;
+    if (!known.insert(merged).second) continue;
+    v.tokens.push_back(std::move(merged));
+    v.merges.push_back(left + " " + right);
   }
+  for (const auto& t : v.specials.tokens) v.tokens.push_back(t);
+  return v;
+}
+
+void write_tokenizer_of_family(const std::filesystem::path& dir, const ModelConfig& config,
+                               const std::string& family) {
+  const SyntheticVocab v = synthetic_vocab(config, family);
+  const Specials& specials = v.specials;
+  const int n_special = static_cast<int>(specials.tokens.size());
+  const int n_regular = v.n_regular;
+  json vocab = json::object();
+  for (int i = 0; i < n_regular; ++i) vocab[v.tokens[static_cast<std::size_t>(i)]] = i;
+  json merges = v.merges;
   json added = json::array();
   json decoder = json::object();
   for (int i = 0; i < n_special; ++i) {
     const int id = n_regular + i;
     const std::string& content = specials.tokens[static_cast<std::size_t>(i)];
-    const bool special = content != "<think>" && content != "</think>";
+    const bool special = v.is_special(i);
     added.push_back({{"id", id},
                      {"content", content},
                      {"single_word", false},
@@ -228,7 +257,7 @@ void write_tokenizer_of_family(const std::filesystem::path& dir, const ModelConf
                                    {"normalized", false},  {"rstrip", false},
                                    {"single_word", false}, {"special", special}};
   }
-  const bool qwen = family != "r1-llama";
+  const bool qwen = v.qwen;
   json tok;
   tok["version"] = "1.0";
   tok["truncation"] = nullptr;
@@ -273,7 +302,8 @@ void write_tokenizer_of_family(const std::filesystem::path& dir, const ModelConf
                   {"end_of_word_suffix", ""},
                   {"fuse_unk", false},
                   {"byte_fallback", false},
-                  {"ignore_merges", false},
+                  // Llama-3's tokenizer takes a word that is itself a token whole.
+                  {"ignore_merges", !qwen},
                   {"vocab", vocab},
                   {"merges", merges}};
   std::ofstream(dir / "tokenizer.json") << tok.dump();
@@ -449,6 +479,78 @@ bool use_more_bits(int i, int n) {
   return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
 }
 
+// Llama-3.1's rope scaling as llama.cpp's converter writes it (rope_freqs.weight): for each
+// frequency theta^(-2j/d), the divisor 1 (short wavelengths), factor (long ones) or, between,
+// 1 / ((1 - smooth) / factor + smooth).
+std::vector<float> llama3_rope_divisors(const ModelConfig& c) {
+  const auto& s = c.rope_scaling;
+  const double old_len = s.original_max_position_embeddings;
+  const double low_wavelen = old_len / s.low_freq_factor;
+  const double high_wavelen = old_len / s.high_freq_factor;
+  std::vector<float> out;
+  for (int j = 0; j < c.head_dim / 2; ++j) {
+    const float freq =
+        1.0f / std::pow(c.rope_theta, static_cast<float>(2 * j) / static_cast<float>(c.head_dim));
+    const double wavelen = 2.0 * M_PI / freq;
+    if (wavelen < high_wavelen) {
+      out.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      out.push_back(s.factor);
+    } else {
+      const double smooth =
+          (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      out.push_back(static_cast<float>(1.0 / ((1.0 - smooth) / s.factor + smooth)));
+    }
+  }
+  return out;
+}
+
+// llama.cpp's llama_ftype of the file (general.file_type; tools print it as the model's type).
+std::uint32_t llama_file_type(const RandomCheckpointOptions& o) {
+  if (o.q4_k_m) return 15;  // MOSTLY_Q4_K_M
+  switch (o.dtype) {
+    case DType::F16:
+      return 1;
+    case DType::Q4_0:
+      return 2;
+    case DType::Q8_0:
+      return 7;
+    case DType::Q5_0:
+      return 8;
+    case DType::Q4_K:
+      return 14;  // MOSTLY_Q4_K_S: Q4_K throughout
+    case DType::Q6_K:
+      return 18;
+    case DType::BF16:
+      return 32;
+    default:
+      return 0;  // ALL_F32
+  }
+}
+
+// The shape's vocabulary as llama.cpp's byte-level BPE metadata (tokenizer.ggml.model "gpt2",
+// pre-tokenizer "qwen2" or "llama-bpe"), so that rkv and llama.cpp both run the file on its own.
+void add_gguf_vocab(GgufWriter& g, const SyntheticVocab& v) {
+  g.add_string("tokenizer.ggml.model", "gpt2");
+  g.add_string("tokenizer.ggml.pre", v.qwen ? "qwen2" : "llama-bpe");
+  g.add_string_array("tokenizer.ggml.tokens", v.tokens);
+  std::vector<std::int32_t> types(v.tokens.size(), 1);  // llama.cpp's types: 1 normal
+  for (std::size_t i = 0; i < v.specials.tokens.size(); ++i)
+    types[static_cast<std::size_t>(v.n_regular) + i] =
+        v.is_special(static_cast<int>(i)) ? 3 : 4;  // 3 control, 4 user-defined
+  g.add_i32_array("tokenizer.ggml.token_type", types);
+  g.add_string_array("tokenizer.ggml.merges", v.merges);
+  auto id_of = [&](const std::string& content) {
+    for (std::size_t i = 0; i < v.specials.tokens.size(); ++i)
+      if (v.specials.tokens[i] == content) return static_cast<std::uint32_t>(v.n_regular + i);
+    throw Error("make-model: special token " + content + " is not in the vocabulary");
+  };
+  if (!v.specials.bos.empty()) g.add_u32("tokenizer.ggml.bos_token_id", id_of(v.specials.bos));
+  g.add_u32("tokenizer.ggml.eos_token_id", id_of(v.specials.eos));
+  g.add_bool("tokenizer.ggml.add_bos_token", v.specials.add_bos);
+  g.add_string("tokenizer.chat_template", v.specials.chat_template);
+}
+
 }  // namespace
 
 DType gguf_weight_type(const std::string& gguf_name, int layer, const ModelConfig& c,
@@ -480,13 +582,10 @@ void write_random_gguf(const std::filesystem::path& file, const RandomCheckpoint
   const std::string arch = c.arch == Architecture::Llama   ? "llama"
                            : c.arch == Architecture::Qwen3 ? "qwen3"
                                                            : "qwen2";
-  if (c.rope_scaling.llama3)
-    throw Error("make-model --format gguf: shape '" + options.shape +
-                "' uses llama3 rope scaling, which rkv's GGUF reader does not read yet");
   GgufWriter g;
   g.add_string("general.architecture", arch);
   g.add_string("general.name", "rkv random " + options.shape);
-  g.add_u32("general.file_type", 0);
+  g.add_u32("general.file_type", llama_file_type(options));
   g.add_u32(arch + ".embedding_length", static_cast<std::uint32_t>(c.hidden_size));
   g.add_u32(arch + ".block_count", static_cast<std::uint32_t>(c.num_layers));
   g.add_u32(arch + ".attention.head_count", static_cast<std::uint32_t>(c.num_heads));
@@ -498,6 +597,7 @@ void write_random_gguf(const std::filesystem::path& file, const RandomCheckpoint
   g.add_u32(arch + ".vocab_size", static_cast<std::uint32_t>(c.vocab_size));
   g.add_f32(arch + ".attention.layer_norm_rms_epsilon", c.rms_norm_eps);
   g.add_f32(arch + ".rope.freq_base", c.rope_theta);
+  add_gguf_vocab(g, synthetic_vocab(c, entry.family));
   const std::size_t D = static_cast<std::size_t>(c.head_dim);
   std::map<DType, int> counts;
   for (const WeightSpec& w : weight_specs(c, options.seed)) {
@@ -542,6 +642,13 @@ void write_random_gguf(const std::filesystem::path& file, const RandomCheckpoint
         }
       }
     });
+  }
+  if (c.rope_scaling.llama3) {
+    const std::vector<float> divisors = llama3_rope_divisors(c);
+    g.add_tensor(
+        "rope_freqs.weight", {static_cast<std::int64_t>(divisors.size())}, DType::F32,
+        [divisors](std::uint8_t* bytes, std::size_t n) { std::memcpy(bytes, divisors.data(), n); });
+    ++counts[DType::F32];
   }
   if (log) {
     std::string mix;

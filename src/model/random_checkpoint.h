@@ -33,9 +33,11 @@ void write_random_checkpoint(const std::filesystem::path& dir,
                              const RandomCheckpointOptions& options, std::FILE* log = nullptr);
 
 // Writes the same random weights (same seed, same values before rounding) as one GGUF file: the
-// llama, qwen2 or qwen3 architecture metadata, no vocabulary ({arch}.vocab_size gives its size),
+// llama, qwen2 or qwen3 architecture metadata, the shape's vocabulary as llama.cpp's byte-level
+// BPE metadata (tokenizer.ggml.model "gpt2", the same tokens, merges and special tokens as the
+// safetensors checkpoint's tokenizer.json, so rkv and llama.cpp both load the file alone),
 // 1-D tensors in f32 and the matrices in gguf_weight_type's type, quantized row by row
-// (quant::quantize_row). Shapes with llama3 rope scaling are refused (the reader lacks it).
+// (quant::quantize_row); Llama-3.1's rope scaling as llama.cpp's rope_freqs.weight tensor.
 void write_random_gguf(const std::filesystem::path& file, const RandomCheckpointOptions& options,
                        std::FILE* log = nullptr);
 

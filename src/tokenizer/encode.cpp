@@ -26,6 +26,20 @@ void Tokenizer::Impl::add_added_token(const tokenizer::AddedToken& token) {
   added.add(token);
 }
 
+std::optional<std::string> Tokenizer::Impl::add_merge(const std::string& left,
+                                                      const std::string& right) {
+  std::string merged = left + right;
+  int32_t ids[3];
+  const std::string* parts[3] = {&left, &right, &merged};
+  for (int k = 0; k < 3; ++k) {
+    auto it = vocab.find(*parts[k]);
+    if (it == vocab.end()) return *parts[k];
+    ids[k] = it->second;
+  }
+  merges.add(ids[0], ids[1], ids[2]);
+  return std::nullopt;
+}
+
 void Tokenizer::Impl::index_bytes() {
   for (int b = 0; b < 256; ++b) {
     auto it = vocab.find(tokenizer::byte_level_char(static_cast<unsigned char>(b)));

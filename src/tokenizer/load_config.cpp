@@ -112,6 +112,10 @@ void load_config(Tokenizer::Impl& impl, const std::filesystem::path& dir) {
       }
     }
   }
+  add_end_markers(impl);
+}
+
+void add_end_markers(Tokenizer::Impl& impl) {
   for (const char* marker : kEndMarkers) {
     auto id = impl.find(marker);
     if (id && (impl.flags[static_cast<std::size_t>(*id)] & Tokenizer::Impl::kSpecial) != 0) {

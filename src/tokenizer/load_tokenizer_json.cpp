@@ -43,21 +43,12 @@ void load_model(Context& ctx, const nlohmann::json& model, std::size_t vocab_cou
   Tokenizer::Impl& impl = ctx.impl;
   impl.ignore_merges = model.value("ignore_merges", false);
   impl.merges.reserve(merges.size());
-  std::string merged;
   for (std::size_t index = 0; index < merges.size(); ++index) {
     const auto& [left, right] = merges[index];
-    merged = left + right;
-    int32_t ids[3];
-    const std::string* parts[3] = {&left, &right, &merged};
-    for (int k = 0; k < 3; ++k) {
-      auto it = impl.vocab.find(*parts[k]);
-      if (it == impl.vocab.end()) {
-        ctx.fail("model.merges[" + std::to_string(index) + "] refers to the token \"" + *parts[k] +
-                 "\", which is not in model.vocab");
-      }
-      ids[k] = it->second;
+    if (const auto missing = impl.add_merge(left, right)) {
+      ctx.fail("model.merges[" + std::to_string(index) + "] refers to the token \"" + *missing +
+               "\", which is not in model.vocab");
     }
-    impl.merges.add(ids[0], ids[1], ids[2]);
   }
 }
 

@@ -31,7 +31,6 @@ void load_merges(Tokenizer::Impl& impl, const std::filesystem::path& path) {
   const std::string text = read_file(path);
   impl.merges.reserve(impl.vocab.size());
   std::size_t line_number = 0;
-  std::string merged;
   for (std::size_t pos = 0; pos < text.size();) {
     std::size_t end = text.find('\n', pos);
     if (end == std::string::npos) end = text.size();
@@ -48,19 +47,11 @@ void load_merges(Tokenizer::Impl& impl, const std::filesystem::path& path) {
     }
     const std::string left(line.substr(0, space));
     const std::string right(line.substr(space + 1));
-    merged = left + right;
-    int32_t ids[3];
-    const std::string* parts[3] = {&left, &right, &merged};
-    for (int k = 0; k < 3; ++k) {
-      auto it = impl.vocab.find(*parts[k]);
-      if (it == impl.vocab.end()) {
-        throw Error(path.string() + ":" + std::to_string(line_number) + ": the merge \"" +
-                    std::string(line) + "\" refers to the token \"" + *parts[k] +
-                    "\", which is not in vocab.json");
-      }
-      ids[k] = it->second;
+    if (const auto missing = impl.add_merge(left, right)) {
+      throw Error(path.string() + ":" + std::to_string(line_number) + ": the merge \"" +
+                  std::string(line) + "\" refers to the token \"" + *missing +
+                  "\", which is not in vocab.json");
     }
-    impl.merges.add(ids[0], ids[1], ids[2]);
   }
 }
 

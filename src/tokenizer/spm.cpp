@@ -11,8 +11,6 @@
 #include <queue>
 
 #include "core/error.h"
-#include "model/gguf.h"
-#include "tokenizer/json_tables.h"
 #include "tokenizer/tokenizer_impl.h"
 
 namespace rkv {
@@ -123,16 +121,6 @@ namespace tokenizer {
 
 namespace {
 
-// llama.cpp's token types (tokenizer.ggml.token_type).
-enum TokenType : int64_t {
-  kNormal = 1,
-  kUnknown = 2,
-  kControl = 3,
-  kUserDefined = 4,
-  kUnused = 5,
-  kByte = 6,
-};
-
 int hex_digit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
@@ -156,42 +144,17 @@ std::string unescape_spaces(const std::string& token) {
 
 }  // namespace
 
-void load_gguf_vocab(Tokenizer::Impl& impl, const std::filesystem::path& path) {
-  const GgufFile g(path, MappedFile::Mode::Map);
-  const std::string where = path.string();
-  auto fail = [&](const std::string& what) -> void { throw Error(where + ": " + what); };
-  const auto model = g.get_string("tokenizer.ggml.model");
-  if (!model)
-    fail(
-        "no vocabulary in this GGUF file (metadata tokenizer.ggml.model is missing); give a "
-        "tokenizer with --tokenizer");
-  if (*model != "llama")
-    fail("tokenizer.ggml.model '" + *model +
-         "' is not supported yet (supported: llama, the SentencePiece-style vocabulary); give a "
-         "tokenizer directory with --tokenizer");
-  const auto* tokens = g.get_string_array("tokenizer.ggml.tokens");
-  if (tokens == nullptr || tokens->empty())
-    fail("metadata tokenizer.ggml.tokens is missing or empty");
-  if (static_cast<int64_t>(tokens->size()) > kMaxTokenId + 1)
-    fail("tokenizer.ggml.tokens has " + std::to_string(tokens->size()) + " tokens, more than the " +
-         std::to_string(kMaxTokenId + 1) + " supported");
-  const std::size_t n = tokens->size();
-  const auto* scores = g.get_real_array("tokenizer.ggml.scores");
-  const auto* types = g.get_int_array("tokenizer.ggml.token_type");
-  if (scores != nullptr && scores->size() != n)
-    fail("tokenizer.ggml.scores has " + std::to_string(scores->size()) + " entries for " +
-         std::to_string(n) + " tokens");
-  if (types != nullptr && types->size() != n)
-    fail("tokenizer.ggml.token_type has " + std::to_string(types->size()) + " entries for " +
-         std::to_string(n) + " tokens");
-
+void load_spm_tokens(Tokenizer::Impl& impl, const std::vector<std::string>& tokens,
+                     const std::vector<double>* scores, const std::vector<int64_t>* types,
+                     const GgufFail& fail) {
+  const std::size_t n = tokens.size();
   impl.spm = true;
   impl.byte_ids.fill(-1);
   impl.scores.assign(n, 0.0f);
   for (std::size_t i = 0; i < n; ++i) {
     const auto id = static_cast<int32_t>(i);
-    const std::string& text = (*tokens)[i];
-    const int64_t type = types != nullptr ? (*types)[i] : kNormal;
+    const std::string& text = tokens[i];
+    const int64_t type = types != nullptr ? (*types)[i] : kGgufNormal;
     if (scores != nullptr) {
       // A NaN would break the merge queue's ordering.
       if (std::isnan((*scores)[i]))
@@ -199,23 +162,23 @@ void load_gguf_vocab(Tokenizer::Impl& impl, const std::filesystem::path& path) {
       impl.scores[i] = static_cast<float>((*scores)[i]);
     }
     switch (type) {
-      case kNormal:
+      case kGgufNormal:
         impl.set_token(id, text, unescape_spaces(text), 0);
         break;
-      case kUnknown:
-      case kControl:
-      case kUserDefined: {
-        const bool special = type != kUserDefined;
+      case kGgufUnknown:
+      case kGgufControl:
+      case kGgufUserDefined: {
+        const bool special = type != kGgufUserDefined;
         impl.set_token(id, text, text,
                        static_cast<uint8_t>(Tokenizer::Impl::kAdded |
                                             (special ? Tokenizer::Impl::kSpecial : 0)));
         if (!text.empty()) impl.added.add({text, id, special, false, false});
         break;
       }
-      case kUnused:
+      case kGgufUnused:
         impl.set_token(id, text, std::string(), 0);
         break;
-      case kByte: {
+      case kGgufByte: {
         // "<0x0A>"
         const int hi = text.size() == 6 ? hex_digit(text[3]) : -1;
         const int lo = text.size() == 6 ? hex_digit(text[4]) : -1;
@@ -239,26 +202,6 @@ void load_gguf_vocab(Tokenizer::Impl& impl, const std::filesystem::path& path) {
     auto it = impl.vocab.find(std::string(1, static_cast<char>(b)));
     if (it != impl.vocab.end()) impl.byte_ids[static_cast<std::size_t>(b)] = it->second;
   }
-
-  auto token_id = [&](const char* key) -> int32_t {
-    const auto v = g.get_uint(key);
-    if (!v) return -1;
-    if (*v >= n) return -1;  // llama.cpp writes 4294967295 for "none"
-    return static_cast<int32_t>(*v);
-  };
-  impl.bos = token_id("tokenizer.ggml.bos_token_id");
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
-    if (const int32_t id = token_id(key); id >= 0) impl.eos.push_back(id);
-  std::sort(impl.eos.begin(), impl.eos.end());
-  impl.eos.erase(std::unique(impl.eos.begin(), impl.eos.end()), impl.eos.end());
-  // SentencePiece vocabularies add the BOS and not the EOS unless the file says otherwise.
-  if (g.get_bool("tokenizer.ggml.add_bos_token").value_or(true) && impl.bos >= 0)
-    impl.prefix_ids.push_back(impl.bos);
-  const int32_t eos = token_id("tokenizer.ggml.eos_token_id");
-  if (g.get_bool("tokenizer.ggml.add_eos_token").value_or(false) && eos >= 0)
-    impl.suffix_ids.push_back(eos);
-  impl.spm_add_space_prefix = g.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
-  if (const auto tmpl = g.get_string("tokenizer.chat_template")) impl.chat_template = *tmpl;
 }
 
 }  // namespace tokenizer

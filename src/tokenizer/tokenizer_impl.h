@@ -58,6 +58,9 @@ struct Tokenizer::Impl {
   // Sets a token; grows the tables as needed.
   void set_token(int32_t id, const std::string& vocab_form, std::string bytes, uint8_t flag_bits);
   void add_added_token(const tokenizer::AddedToken& token);
+  // Appends the merge of two vocabulary forms (rank: the merges added before it). Returns the
+  // first of left, right and left + right that is not in the vocabulary, or nullopt when added.
+  std::optional<std::string> add_merge(const std::string& left, const std::string& right);
   // Fills byte_ids; call after the vocabulary is complete.
   void index_bytes();
   // Appends the ids of one pre-tokenized word (raw bytes).
@@ -79,9 +82,33 @@ void load_vocab_and_merges(Tokenizer::Impl& impl, const std::filesystem::path& d
 // tokenizer_config.json, chat_template.jinja and generation_config.json: BOS/EOS, add_bos_token,
 // the chat template. Call last.
 void load_config(Tokenizer::Impl& impl, const std::filesystem::path& dir);
-// The vocabulary in a GGUF file's metadata (tokenizer.ggml.*): SentencePiece-style ("llama")
-// only; a byte-level BPE ("gpt2") vocabulary is refused for now. Complete: no load_config after.
+// Adds the known end-of-text markers (<|endoftext|>, <|im_end|>, <|eot_id|>, ...) that are
+// special tokens of the vocabulary to the EOS set, and sorts it.
+void add_end_markers(Tokenizer::Impl& impl);
+// The vocabulary in a GGUF file's metadata (tokenizer.ggml.*): SentencePiece-style ("llama") or
+// byte-level BPE ("gpt2", with the pre-tokenizers qwen2, deepseek-r1-qwen, llama-bpe/llama3 and
+// gpt-2). Complete: no load_config after.
 void load_gguf_vocab(Tokenizer::Impl& impl, const std::filesystem::path& path);
+
+// llama.cpp's token types (tokenizer.ggml.token_type).
+enum GgufTokenType : int64_t {
+  kGgufNormal = 1,
+  kGgufUnknown = 2,
+  kGgufControl = 3,
+  kGgufUserDefined = 4,
+  kGgufUnused = 5,
+  kGgufByte = 6,
+};
+// Throws rkv::Error naming the GGUF file.
+struct GgufFail {
+  std::string where;
+  [[noreturn]] void operator()(const std::string& what) const;
+};
+// The tokens of a SentencePiece-style GGUF vocabulary (spm.cpp); `scores` and `types` are null
+// or of the tokens' length.
+void load_spm_tokens(Tokenizer::Impl& impl, const std::vector<std::string>& tokens,
+                     const std::vector<double>* scores, const std::vector<int64_t>* types,
+                     const GgufFail& fail);
 
 // Reads a whole file; rkv::Error naming the file when it cannot be read.
 std::string read_file(const std::filesystem::path& path);

@@ -23,7 +23,8 @@ void setup(CLI::App& app) {
   for (const auto& s : known_shapes()) shapes += (shapes.empty() ? "" : ", ") + s;
   add_flag_option(app, "--shape", args->shape, "Model shape to write: " + shapes);
   add_flag_option(app, "--format", args->format,
-                  "safetensors (a checkpoint directory) or gguf (one file, no vocabulary)")
+                  "safetensors (a checkpoint directory) or gguf (one file with its vocabulary, "
+                  "which llama.cpp loads too)")
       ->check(CLI::IsMember({"safetensors", "gguf"}));
   add_flag_option(app, "--dtype", args->dtype,
                   "Weight type of the matrices: bf16, f16 or f32; with --format gguf also q8_0, "

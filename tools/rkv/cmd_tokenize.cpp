@@ -45,8 +45,8 @@ const RegisterCommand kRegister{
       auto o = std::make_shared<TokenizeOptions>();
       app.add_option("--tokenizer", o->tokenizer_dir,
                      "Directory with tokenizer.json, or vocab.json + merges.txt (required; "
-                     "tokenizer_config.json beside them is read too), or a .gguf file with a "
-                     "SentencePiece-style vocabulary")
+                     "tokenizer_config.json beside them is read too), or a .gguf file with its "
+                     "vocabulary (SentencePiece-style or byte-level BPE)")
           ->type_name("DIR|FILE");
       app.add_option("-m,--model", o->tokenizer_dir,
                      "Same as --tokenizer: a model directory holding the tokenizer files, or a "
