@@ -328,6 +328,26 @@ TEST_P(MatmulParity, OddShapes) {
         }
 }
 
+// The blocked GEMM's edges: more input rows than one row block (96 on AVX2), more weight rows
+// than one packed block (256), K over one K block (256), each with partial blocks and panels.
+TEST_P(MatmulParity, BlockedGemmShapes) {
+  const Isa isa = GetParam();
+  if (!kernels::isa_supported(isa)) {
+    GTEST_SKIP() << kernels::isa_name(isa)
+                 << " is not supported by this CPU (or has no kernel in this build)";
+  }
+  std::mt19937 rng(7);
+  struct Case {
+    std::size_t T, K, N;
+  };
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
+    for (const Case c : {Case{97, 300, 530}, Case{200, 600, 300}, Case{34, 257, 17}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " T=" + std::to_string(c.T) +
+                   " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N));
+      expect_parity(isa, dt, c.T, c.K, c.N, rng);
+    }
+}
+
 // The activations keep float32 precision: x = 1 + 2^-10 is not representable in bf16 (it rounds
 // to 1), so a kernel that rounded x to bf16 would be off by K * 2^-10 here; with w = 1 the exact
 // result is representable and float32 accumulation of K = 64 terms is exact.
