@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Reproduces docs/RESULTS.md: accuracy against KV budget of every method on the tiny reasoning
 # model (models/rkv-tiny-reasoner), through rkv's own engine. Run from the repository root after
-# building build/rkv (scripts/quickstart.sh does). Writes runs/tiny/{greedy,sampled,
+# building build/rkv (scripts/quickstart.sh does). Writes runs/tiny/{greedy,greedy-bf16,sampled,
 # steer-greedy,steer-a0/*}/ (samples, summary.md, summary.json, accuracy.svg) and
 # models/rkv-tiny-reasoner/steering.safetensors.
-# Every eval run resumes where it stopped when run again. About 30 minutes on 2 cores.
+# Every eval run resumes where it stopped when run again. About 50 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rkv=build/rkv
@@ -20,6 +20,10 @@ mkdir -p "$out"
 
 echo "== greedy, all 200 held-out problems"
 $rkv eval -m $model --dataset $data "${common[@]}" --methods $methods --temp 0 -o "$out/greedy"
+
+echo "== greedy with a bf16 KV cache (docs/RESULTS.md, issue 16)"
+$rkv eval -m $model --dataset $data "${common[@]}" --methods $methods --temp 0 --kv-dtype bf16 \
+  -o "$out/greedy-bf16"
 
 echo "== 4 samples at temperature 0.6 (top-p 0.95), the first 100 problems"
 $rkv eval -m $model --dataset $data "${common[@]}" --methods $methods --samples 4 --temp 0.6 \
