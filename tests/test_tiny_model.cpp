@@ -51,22 +51,33 @@ TEST(TinyModel, TokenizerMakesBindingsAndStatementsSingleTokens) {
   EXPECT_TRUE(tok.is_eos(tok.token_id("<|endoftext|>")));
 }
 
-TEST(TinyModel, HeldOutSetLoadsWithTheChainsPreset) {
+// A tiny model's held-out set loaded with its preset, checked for what both task families share:
+// 200 problems, the bare question as the prompt, up to 1024 new tokens, a one-digit answer, and
+// a question that starts with the constant `a` (`2:a`) and ends with the statement of `ans`.
+eval::Dataset load_held_out(const fs::path& set, const std::string& preset,
+                            const std::string& first_id) {
   eval::DatasetOptions options;
-  options.preset = "chains";
-  const eval::Dataset data = eval::load_dataset(kTestSet, options);
-  ASSERT_EQ(data.examples.size(), 200u);
+  options.preset = preset;
+  eval::Dataset data = eval::load_dataset(set, options);
+  EXPECT_EQ(data.examples.size(), 200u);
   EXPECT_EQ(data.prompt_template, "{question}");
   EXPECT_EQ(data.max_length, 1024);
-  EXPECT_EQ(data.examples[0].id, "chain-7-0");
+  if (!data.examples.empty()) {
+    EXPECT_EQ(data.examples[0].id, first_id);
+  }
   for (const auto& ex : data.examples) {
-    ASSERT_EQ(ex.answer.size(), 1u) << ex.id;
-    EXPECT_TRUE(ex.answer[0] >= '0' && ex.answer[0] <= '9') << ex.id;
-    // Four constants (`2:a`), the statements, then the question as the statement of `ans`.
+    EXPECT_EQ(ex.answer.size(), 1u) << ex.id;
+    EXPECT_TRUE(ex.answer.size() == 1 && ex.answer[0] >= '0' && ex.answer[0] <= '9') << ex.id;
     EXPECT_EQ(ex.question.substr(1, 3), ":a\n") << ex.id;
     EXPECT_NE(ex.question.rfind("\nans="), std::string::npos) << ex.id;
-    EXPECT_EQ(ex.question.back(), '\n') << ex.id;
   }
+  return data;
+}
+
+TEST(TinyModel, HeldOutSetLoadsWithTheChainsPreset) {
+  const eval::Dataset data = load_held_out(kTestSet, "chains", "chain-7-0");
+  // Four constants, the statements, then the question as the statement of `ans`, on its line.
+  for (const auto& ex : data.examples) EXPECT_EQ(ex.question.back(), '\n') << ex.id;
   // The R-KV prompt stays the default of the other presets.
   EXPECT_TRUE(eval::find_preset("math500")->prompt_template.empty());
   EXPECT_EQ(eval::find_preset("tiny"), eval::find_preset("chains"));
@@ -129,20 +140,10 @@ std::size_t count_of(const std::string& text, const std::string& what) {
 }
 
 TEST(TinyModel, RedundantHeldOutSetLoadsWithItsPreset) {
-  eval::DatasetOptions options;
-  options.preset = "redundant";
-  const eval::Dataset data = eval::load_dataset(kRedundantSet, options);
-  ASSERT_EQ(data.examples.size(), 200u);
-  EXPECT_EQ(data.prompt_template, "{question}");
-  EXPECT_EQ(data.max_length, 1024);
-  EXPECT_EQ(data.examples[0].id, "redundant-7-0");
+  const eval::Dataset data = load_held_out(kRedundantSet, "redundant", "redundant-7-0");
   for (const auto& ex : data.examples) {
-    ASSERT_EQ(ex.answer.size(), 1u) << ex.id;
-    EXPECT_TRUE(ex.answer[0] >= '0' && ex.answer[0] <= '9') << ex.id;
-    EXPECT_EQ(ex.question.substr(1, 3), ":a\n") << ex.id;
     // The question adds a digit to one variable: `ans=f ans-6`.
-    const std::size_t q = ex.question.rfind("\nans=");
-    ASSERT_NE(q, std::string::npos) << ex.id;
+    ASSERT_GE(ex.question.size(), 2u) << ex.id;
     const char digit = ex.question[ex.question.size() - 2];
     EXPECT_TRUE(digit >= '1' && digit <= '9') << ex.id;
   }

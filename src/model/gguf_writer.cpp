@@ -22,6 +22,15 @@ void put_str(std::string& s, const std::string& v) {
   s += v;
 }
 
+// The key, the array type and the element type and count of an array entry.
+void put_array_head(std::string& s, const std::string& key, std::uint32_t element_type,
+                    std::size_t n) {
+  put_str(s, key);
+  put_u32(s, 9);  // array
+  put_u32(s, element_type);
+  put_u64(s, n);
+}
+
 }  // namespace
 
 void GgufWriter::add_u32(const std::string& key, std::uint32_t v) {
@@ -53,19 +62,13 @@ void GgufWriter::add_string(const std::string& key, const std::string& v) {
 }
 
 void GgufWriter::add_string_array(const std::string& key, const std::vector<std::string>& v) {
-  put_str(kv_, key);
-  put_u32(kv_, 9);  // array
-  put_u32(kv_, 8);  // of strings
-  put_u64(kv_, v.size());
+  put_array_head(kv_, key, 8, v.size());  // of strings
   for (const auto& s : v) put_str(kv_, s);
   ++n_kv_;
 }
 
 void GgufWriter::add_i32_array(const std::string& key, const std::vector<std::int32_t>& v) {
-  put_str(kv_, key);
-  put_u32(kv_, 9);  // array
-  put_u32(kv_, 5);  // of int32
-  put_u64(kv_, v.size());
+  put_array_head(kv_, key, 5, v.size());  // of int32
   for (std::int32_t x : v) kv_.append(reinterpret_cast<const char*>(&x), 4);
   ++n_kv_;
 }

@@ -108,6 +108,15 @@ struct Specials {
   std::string chat_template;
 };
 
+// The id of a special token in a vocabulary of `vocab_size`: the specials take its last ids, in
+// order; -1 for a token that is not one of them.
+int special_token_id(const Specials& s, int vocab_size, const std::string& content) {
+  const int first = vocab_size - static_cast<int>(s.tokens.size());
+  for (std::size_t i = 0; i < s.tokens.size(); ++i)
+    if (s.tokens[i] == content) return first + static_cast<int>(i);
+  return -1;
+}
+
 Specials family_specials(const std::string& family) {
   Specials s;
   if (family == "qwen") {
@@ -399,11 +408,8 @@ void write_random_checkpoint(const std::filesystem::path& dir,
   ModelConfig c = entry.config;
   std::filesystem::create_directories(dir);
   const Specials specials = family_specials(entry.family);
-  const int first_special = c.vocab_size - static_cast<int>(specials.tokens.size());
   auto special_id = [&](const std::string& t) {
-    for (std::size_t i = 0; i < specials.tokens.size(); ++i)
-      if (specials.tokens[i] == t) return first_special + static_cast<int>(i);
-    return -1;
+    return special_token_id(specials, c.vocab_size, t);
   };
   c.bos_token_id = specials.bos.empty() ? special_id("<|endoftext|>") : special_id(specials.bos);
   c.eos_token_ids = {special_id(specials.eos)};
@@ -541,9 +547,9 @@ void add_gguf_vocab(GgufWriter& g, const SyntheticVocab& v) {
   g.add_i32_array("tokenizer.ggml.token_type", types);
   g.add_string_array("tokenizer.ggml.merges", v.merges);
   auto id_of = [&](const std::string& content) {
-    for (std::size_t i = 0; i < v.specials.tokens.size(); ++i)
-      if (v.specials.tokens[i] == content) return static_cast<std::uint32_t>(v.n_regular + i);
-    throw Error("make-model: special token " + content + " is not in the vocabulary");
+    const int id = special_token_id(v.specials, static_cast<int>(v.tokens.size()), content);
+    if (id < 0) throw Error("make-model: special token " + content + " is not in the vocabulary");
+    return static_cast<std::uint32_t>(id);
   };
   if (!v.specials.bos.empty()) g.add_u32("tokenizer.ggml.bos_token_id", id_of(v.specials.bos));
   g.add_u32("tokenizer.ggml.eos_token_id", id_of(v.specials.eos));
