@@ -394,6 +394,92 @@ TEST(CompressionStages, SimilarityKernelsAgreeWithPlainDots) {
   }
 }
 
+// The redundancy stage's block kernels (portable and AVX2) against the pairs counted in double:
+// for every row its largest similar column above it, for every column its largest similar row
+// below it, their cosines and the counts; n is not a multiple of the tile, and a negative
+// threshold makes the zero padding "similar" if the kernel let it in.
+TEST(CompressionStages, SimilarityBlockKernelsTallyTheSimilarPairs) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int n = 37, d = 24;
+  const int rows_pad = (n + cs::kSimRows - 1) / cs::kSimRows * cs::kSimRows;
+  const int cols_pad = (n + cs::kSimCols - 1) / cs::kSimCols * cs::kSimCols;
+  std::vector<float> bias(d);
+  for (float& b : bias) b = normal(rng);
+  std::vector<float> kn(static_cast<std::size_t>(rows_pad) * d, 0.0f),
+      knt(static_cast<std::size_t>(d) * cols_pad, 0.0f);
+  for (int i = 0; i < n; ++i) {
+    double norm = 0;
+    float* k = kn.data() + static_cast<std::size_t>(i) * d;
+    for (int c = 0; c < d; ++c) {
+      k[c] = normal(rng) + 0.7f * bias[c];
+      norm += double(k[c]) * k[c];
+    }
+    for (int c = 0; c < d; ++c) {
+      k[c] = static_cast<float>(k[c] / std::sqrt(norm));
+      knt[static_cast<std::size_t>(c) * cols_pad + i] = k[c];
+    }
+  }
+  auto cos = [&](int i, int j) {
+    double v = 0;
+    for (int c = 0; c < d; ++c)
+      v +=
+          double(kn[static_cast<std::size_t>(i) * d + c]) * kn[static_cast<std::size_t>(j) * d + c];
+    return v;
+  };
+  std::vector<std::pair<std::string, cs::SimilarityBlockFn>> kernels = {
+      {"portable", &cs::similarity_block_portable}};
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    kernels.emplace_back("avx2", &cs::similarity_block_avx2);
+  }
+#endif
+  for (const auto& [name, fn] : kernels) {
+    for (float t : {0.3f, -0.1f}) {
+      std::vector<std::int32_t> upper_last(rows_pad, -1), upper_above(rows_pad, 0),
+          lower_last(cols_pad, -1), lower_above(cols_pad, 0);
+      std::vector<float> upper_cos(rows_pad, 0.0f), lower_cos(cols_pad, 0.0f);
+      const cs::SimilarityTally tally{n,
+                                      t,
+                                      upper_last.data(),
+                                      upper_cos.data(),
+                                      upper_above.data(),
+                                      lower_last.data(),
+                                      lower_cos.data(),
+                                      lower_above.data()};
+      for (int i0 = 0; i0 < n; i0 += cs::kSimRows)
+        fn(kn.data(), knt.data(), d, cols_pad, i0, tally);
+      int hits = 0;
+      for (int i = 0; i < n; ++i) {
+        int up_last = -1, up_count = 0, low_last = -1, low_count = 0;
+        for (int j = 0; j < n; ++j) {
+          if (j == i) continue;
+          const double c = cos(i, j);
+          ASSERT_GT(std::fabs(c - t), 1e-5) << "the data has a pair on the threshold";
+          if (c <= t) continue;
+          ++hits;
+          if (j > i) up_last = j, ++up_count;
+          if (j < i) low_last = j, ++low_count;
+        }
+        SCOPED_TRACE(name + " t " + std::to_string(t) + " entry " + std::to_string(i));
+        EXPECT_EQ(upper_last[i], up_last);
+        EXPECT_EQ(upper_above[i], up_count);
+        EXPECT_EQ(lower_last[i], low_last);
+        EXPECT_EQ(lower_above[i], low_count);
+        if (up_last >= 0) {
+          EXPECT_NEAR(upper_cos[i], cos(i, up_last), 1e-5);
+        }
+        if (low_last >= 0) {
+          EXPECT_NEAR(lower_cos[i], cos(low_last, i), 1e-5);
+        }
+      }
+      EXPECT_GT(hits, n) << "too few similar pairs to test anything";
+      EXPECT_LT(hits, n * (n - 1)) << "every pair similar: nothing tested";
+      for (int j = n; j < cols_pad; ++j) EXPECT_EQ(lower_above[j], 0) << name << " padding";
+    }
+  }
+}
+
 TEST(CompressionStages, PrefillSeedSumsCausalAttention) {
   // One KV head, one query head, two entries, head_dim 1: query 0 sees only key 0 (p = 1);
   // query 1 splits between keys 0 and 1.

@@ -18,7 +18,9 @@ void causal_group_attention(const QueryGroup& q, const float* keys, int n_all, i
   std::vector<float> scaled(static_cast<std::size_t>(n_all) * d);
   for (std::size_t i = 0; i < scaled.size(); ++i) scaled[i] = keys[i] / sqrt_d;
 
-  std::vector<float> probs(static_cast<std::size_t>(q.heads) * n_all);  // [G][n_all]
+  // [G][rows][n_all] logits of every query against every key (the masked ones are not used).
+  std::vector<float> probs(static_cast<std::size_t>(q.heads) * rows * n_all);
+  group_logits(q.first, q.heads * rows, scaled.data(), n_all, d, probs.data());
   std::vector<const float*> group(q.heads);
   std::vector<float> pooled(n_out);
   std::fill(col_sum, col_sum + n_out, 0.0f);
@@ -27,10 +29,7 @@ void causal_group_attention(const QueryGroup& q, const float* keys, int n_all, i
     // window); the softmax runs over all of those, window keys included.
     const int visible = n_all - rows + r + 1;
     for (int g = 0; g < q.heads; ++g) {
-      const float* query = q.first + (static_cast<std::size_t>(g) * rows + r) * d;
-      float* p = probs.data() + static_cast<std::size_t>(g) * n_all;
-      for (int j = 0; j < visible; ++j)
-        p[j] = dot(query, scaled.data() + static_cast<std::size_t>(j) * d, d);
+      float* p = probs.data() + (static_cast<std::size_t>(g) * rows + r) * n_all;
       softmax_inplace(p, visible);
       std::fill(p + visible, p + n_all, 0.0f);  // masked: probability 0
       group[g] = p;

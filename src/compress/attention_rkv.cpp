@@ -21,14 +21,8 @@ void attention_rkv(const QueryGroup& q, const float* keys, int n_all, float* log
   std::vector<float> per_head(static_cast<std::size_t>(q.heads) * w * n);
   std::vector<const float*> rows(q.heads);
   std::vector<float> pooled(static_cast<std::size_t>(w) * n);
-  for (int g = 0; g < q.heads; ++g) {
-    for (int r = 0; r < w; ++r) {
-      const float* query = q.first + (static_cast<std::size_t>(g) * w + r) * d;
-      float* out = per_head.data() + (static_cast<std::size_t>(g) * w + r) * n;
-      for (int j = 0; j < n; ++j)
-        out[j] = dot(query, keys + static_cast<std::size_t>(j) * d, d) / sqrt_d;
-    }
-  }
+  group_logits(q.first, q.heads * w, keys, n, d, per_head.data());
+  for (float& x : per_head) x /= sqrt_d;
   for (int r = 0; r < w; ++r) {
     for (int g = 0; g < q.heads; ++g)
       rows[g] = per_head.data() + (static_cast<std::size_t>(g) * w + r) * n;

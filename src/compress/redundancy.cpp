@@ -3,11 +3,11 @@
 // LARGEST column above the threshold zeroed (column 0 when there is none), column mean divided by
 // n_all, softmax over all n_all entries.
 //
-// The n_all x n_all matrix is never stored. Because S is symmetric, every pair i < j is computed
-// once, kSimRows rows at a time by the register-tiled kernel of similarity_tiles.h, and counted
-// for both entries. The per-row zeroing is applied afterwards by subtracting S[i, r(i)] from
-// column r(i), which needs only, per row, the largest similar column and its cosine (and row 0's
-// cosines for the column-0 quirk).
+// The n_all x n_all matrix is never stored. Its column sums need no pairs at all (the sum of the
+// normalised keys, dotted with each key); the threshold does: because S is symmetric, every pair
+// i < j is computed once, kSimRows rows at a time by the register-tiled kernel of
+// similarity_tiles.h, which keeps per row its largest similar column and per column its largest
+// similar row. The per-row zeroing is then one subtraction per row.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -50,12 +50,10 @@ void redundancy_scores(const float* keys, int n_all, int head_dim, float thresho
   if (n <= 0) return;
   const int rows_pad = round_up(n, kSimRows);
   const int cols_pad = round_up(n, kSimCols);
-  thread_local std::vector<float> kn;     // [rows_pad][d], zero rows past n
-  thread_local std::vector<float> knt;    // [d][cols_pad], key-major, zero columns past n
-  thread_local std::vector<float> block;  // [kSimRows][cols_pad]: S of one block of rows
+  thread_local std::vector<float> kn;   // [rows_pad][d], zero rows past n
+  thread_local std::vector<float> knt;  // [d][cols_pad], key-major, zero columns past n
   kn.assign(static_cast<std::size_t>(rows_pad) * d, 0.0f);
   knt.assign(static_cast<std::size_t>(d) * cols_pad, 0.0f);
-  block.resize(static_cast<std::size_t>(kSimRows) * cols_pad);
   normalise_keys(keys, n, d, kn.data());
   for (int i = 0; i < n; ++i) {
     for (int c = 0; c < d; ++c) {
@@ -63,66 +61,46 @@ void redundancy_scores(const float* keys, int n_all, int head_dim, float thresho
     }
   }
 
-  // Per entry, split by the side of the diagonal a pair lands on (pairs i < j are visited once,
-  // from row i): the "upper" part is row i's own columns j > i, the "lower" part collects the
-  // columns' view S[j, i] = S[i, j] of the rows before them.
-  std::vector<float> upper_sum(n, 0.0f), lower_sum(n, 0.0f);
-  std::vector<std::int32_t> upper_above(n, 0), lower_above(n, 0);
-  std::vector<std::int32_t> upper_last(n, -1), lower_last(n, -1);  // largest similar index
-  std::vector<float> upper_cos(n, 0.0f), lower_cos(n, 0.0f);       // its cosine
-  std::vector<float> row0(n, 0.0f);  // S[0, j] = S[j, 0], for the column-0 quirk
-
-  const SimilarityRowsFn similarity_rows = similarity_rows_fn();
-  for (int i0 = 0; i0 < n; i0 += kSimRows) {
-    similarity_rows(kn.data(), knt.data(), d, cols_pad, i0, (i0 + 1) / kSimCols * kSimCols,
-                    block.data());
-    for (int r = 0; r < kSimRows && i0 + r < n; ++r) {
-      const int i = i0 + r;
-      const float* s = block.data() + static_cast<std::size_t>(r) * cols_pad;
-      if (i == 0) std::copy(s + 1, s + n, row0.begin() + 1);
-      // Row side: sum and count over j > i (eight partial sums so the loop vectorises).
-      float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      std::int32_t count = 0;
-      int j = i + 1;
-      for (; j + 8 <= n; j += 8) {
-        for (int l = 0; l < 8; ++l) {
-          part[l] += s[j + l];
-          count += s[j + l] > threshold ? 1 : 0;
-        }
-      }
-      float tail = 0.0f;
-      for (; j < n; ++j) {
-        tail += s[j];
-        count += s[j] > threshold ? 1 : 0;
-      }
-      upper_sum[i] = ((part[0] + part[4]) + (part[1] + part[5])) +
-                     ((part[2] + part[6]) + (part[3] + part[7])) + tail;
-      upper_above[i] = count;
-      for (int k = n - 1; k > i && count > 0; --k) {
-        if (s[k] > threshold) {
-          upper_last[i] = k;
-          upper_cos[i] = s[k];
-          break;
-        }
-      }
-      // Column side: row i is the newest similar row so far of every column j > i it matches.
-      for (int k = i + 1; k < n; ++k) {
-        const bool similar = s[k] > threshold;
-        lower_sum[k] += s[k];
-        lower_above[k] += similar ? 1 : 0;
-        lower_last[k] = similar ? i : lower_last[k];
-        lower_cos[k] = similar ? s[k] : lower_cos[k];
-      }
-    }
-  }
-
-  std::vector<double> total(n);
-  std::vector<std::int32_t> retain(n), above(n);
+  // Column sums without the matrix: sum_{i != j} S[i, j] = kn[j] . (sum_i kn[i]) - kn[j] . kn[j],
+  // in double. Only the threshold needs the pairs.
+  std::vector<double> key_sum(d, 0.0);
   for (int i = 0; i < n; ++i) {
-    total[i] = static_cast<double>(upper_sum[i]) + static_cast<double>(lower_sum[i]);
-    above[i] = upper_above[i] + lower_above[i];
+    for (int c = 0; c < d; ++c) key_sum[c] += kn[static_cast<std::size_t>(i) * d + c];
   }
+  std::vector<double> total(n);
+  for (int j = 0; j < n; ++j) {
+    const float* k = kn.data() + static_cast<std::size_t>(j) * d;
+    double all = 0.0, self = 0.0;
+    for (int c = 0; c < d; ++c) {
+      all += k[c] * key_sum[c];
+      self += static_cast<double>(k[c]) * k[c];
+    }
+    total[j] = all - self;
+  }
+
+  // Per entry, split by the side of the diagonal a pair lands on (pairs i < j are visited once,
+  // from row i, by similarity_tiles.h's block kernel): "upper" is row i's own columns j > i,
+  // "lower" the view S[j, i] = S[i, j] of the rows before column j.
+  std::vector<std::int32_t> upper_last(rows_pad, -1), lower_last(cols_pad, -1);
+  std::vector<float> upper_cos(rows_pad, 0.0f), lower_cos(cols_pad, 0.0f);
+  std::vector<std::int32_t> upper_above(rows_pad, 0), lower_above(cols_pad, 0);
+  const SimilarityTally tally{n,
+                              threshold,
+                              upper_last.data(),
+                              upper_cos.data(),
+                              upper_above.data(),
+                              lower_last.data(),
+                              lower_cos.data(),
+                              lower_above.data()};
+  const SimilarityBlockFn similarity_block = similarity_block_fn();
+  for (int i0 = 0; i0 < n; i0 += kSimRows) {
+    similarity_block(kn.data(), knt.data(), d, cols_pad, i0, tally);
+  }
+
+  std::vector<std::int32_t> retain(n), above(n);
+  for (int i = 0; i < n; ++i) above[i] = upper_above[i] + lower_above[i];
   const bool diagonal_similar = 0.0f > threshold;  // the zeroed diagonal, for a negative T
+  const float* k0 = kn.data();
   for (int i = 0; i < n; ++i) {
     int last = upper_last[i] >= 0 ? upper_last[i] : lower_last[i];
     float last_cosine = upper_last[i] >= 0 ? upper_cos[i] : lower_cos[i];
@@ -136,8 +114,10 @@ void redundancy_scores(const float* keys, int n_all, int head_dim, float thresho
     // README 6.4 step 3; `first` is the reference's degenerate option (7.3): always column 0.
     const bool has_similar = direction == RetainDirection::last && last >= 0;
     retain[i] = has_similar ? last : 0;
-    const float zeroed = has_similar ? last_cosine : (i == 0 ? 0.0f : row0[i]);
-    if (retain[i] != i) total[retain[i]] -= zeroed;
+    if (retain[i] == i) continue;  // the diagonal is zero already
+    const float zeroed =
+        has_similar ? last_cosine : dot(k0, kn.data() + static_cast<std::size_t>(i) * d, d);
+    total[retain[i]] -= zeroed;
   }
   std::vector<double> mean(n);
   for (int j = 0; j < n; ++j) mean[j] = total[j] / n;  // column mean over all n_all rows

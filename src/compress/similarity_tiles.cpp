@@ -2,6 +2,7 @@
 #include "compress/similarity_tiles.h"
 
 #include <cstring>
+#include <vector>
 
 #include "kernels/kernels.h"
 
@@ -51,11 +52,40 @@ void similarity_rows_portable(const float* kn, const float* knt, int d, int cols
   }
 }
 
+void similarity_block_portable(const float* kn, const float* knt, int d, int cols_pad, int i0,
+                               const SimilarityTally& t) {
+  const int n = t.n;
+  const int j0 = (i0 + 1) / kSimCols * kSimCols;
+  thread_local std::vector<float> block;  // [kSimRows][cols_pad]
+  block.resize(static_cast<std::size_t>(kSimRows) * cols_pad);
+  similarity_rows_portable(kn, knt, d, cols_pad, i0, j0, block.data());
+  for (int r = 0; r < kSimRows && i0 + r < n; ++r) {
+    const int i = i0 + r;
+    const float* s = block.data() + static_cast<std::size_t>(r) * cols_pad;
+    for (int j = i + 1; j < n; ++j) {
+      if (!(s[j] > t.threshold)) continue;
+      t.upper_last[i] = j;  // j ascends: the last hit is the largest
+      t.upper_cos[i] = s[j];
+      ++t.upper_above[i];
+      t.lower_last[j] = i;  // rows ascend across calls: the last hit is the largest
+      t.lower_cos[j] = s[j];
+      ++t.lower_above[j];
+    }
+  }
+}
+
 SimilarityRowsFn similarity_rows_fn() {
 #if defined(__x86_64__)
   if (use_avx2()) return &similarity_rows_avx2;
 #endif
   return &similarity_rows_portable;
+}
+
+SimilarityBlockFn similarity_block_fn() {
+#if defined(__x86_64__)
+  if (use_avx2()) return &similarity_block_avx2;
+#endif
+  return &similarity_block_portable;
 }
 
 std::string_view similarity_rows_isa() {

@@ -5,6 +5,7 @@
 // the kernels' dispatcher (kernels::active_isa(), so RKV_ISA=reference forces the portable one).
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 namespace rkv::compress {
@@ -25,8 +26,40 @@ void similarity_rows_avx2(const float* kn, const float* knt, int d, int cols_pad
                           float* out);
 #endif
 
-// The implementation for this CPU, and its name ("avx2" or "portable").
+// What redundancy_scores needs of the pairs i < j above the threshold, each pair visited once
+// (from its row i): per row i, its largest column j > i with S[i, j] > threshold, that cosine and
+// the count of such j ("upper"); per column j, its largest row i < j with S[i, j] > threshold,
+// that cosine and the count of such i ("lower"). Indices -1 and counts 0 where there is none;
+// the caller initialises the arrays so. Row arrays hold >= n entries, column arrays >= cols_pad.
+struct SimilarityTally {
+  int n = 0;
+  float threshold = 0.0f;
+  std::int32_t* upper_last = nullptr;
+  float* upper_cos = nullptr;
+  std::int32_t* upper_above = nullptr;
+  std::int32_t* lower_last = nullptr;
+  float* lower_cos = nullptr;
+  std::int32_t* lower_above = nullptr;
+};
+
+// Tallies the pairs (i, j), i0 <= i < i0 + kSimRows, i < j < tally.n, into `tally` (rows must be
+// visited in ascending i0 for the "largest row" of each column). kn and knt as above.
+using SimilarityBlockFn = void (*)(const float* kn, const float* knt, int d, int cols_pad, int i0,
+                                   const SimilarityTally& tally);
+
+// Portable: the tile from similarity_rows_portable, then a scalar pass over it.
+void similarity_block_portable(const float* kn, const float* knt, int d, int cols_pad, int i0,
+                               const SimilarityTally& tally);
+#if defined(__x86_64__)
+// AVX2: the 4 x 16 tile is compared with the threshold in registers (no tile is stored); a tile
+// with no cosine above it costs only the compare.
+void similarity_block_avx2(const float* kn, const float* knt, int d, int cols_pad, int i0,
+                           const SimilarityTally& tally);
+#endif
+
+// The implementations for this CPU, and their name ("avx2" or "portable").
 SimilarityRowsFn similarity_rows_fn();
+SimilarityBlockFn similarity_block_fn();
 std::string_view similarity_rows_isa();
 
 }  // namespace rkv::compress

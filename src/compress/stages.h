@@ -41,6 +41,11 @@ void attention_gkv(const QueryGroup& q, const float* keys, int n_all, float* pro
 void causal_group_attention(const QueryGroup& q, const float* keys, int n_all, int n_out,
                             float* rows_out, float* col_sum);
 
+// out[t][j] = queries[t] . keys[j] for t < rows, j < n: the logits of a query group, unscaled,
+// by the kernels' matmul rows for the active instruction set (kernels/kernels.h), single-threaded
+// (compress_layer's heads run on the pool). queries: [rows][d], keys: [n][d], out: [rows][n].
+void group_logits(const float* queries, int rows, const float* keys, int n, int d, float* out);
+
 // ---- GQA group pooling (gqa_pool.cpp)
 // -------------------------------------------------------------
 
