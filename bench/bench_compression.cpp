@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "compress/stages.h"
 #include "core/thread_pool.h"
 #include "rkv/compression.h"
 
@@ -70,5 +71,25 @@ BENCHMARK_CAPTURE(BM_CompressLayer, rkv, rkv::Method::rkv, 1)->Unit(benchmark::k
 BENCHMARK_CAPTURE(BM_CompressLayer, rkv_2threads, rkv::Method::rkv, 2)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_CompressLayer, gkv, rkv::Method::gkv, 1)->Unit(benchmark::kMicrosecond);
+
+// The redundancy stage alone, one KV head of 1152 keys of head size 64: unrelated keys (few
+// cosines above T = 0.5, as in a random-weight model) and keys sharing a direction (many, as in
+// trained models). Reported with its rate of pair products: n^2 / 2 pairs x 64 multiply-adds.
+void BM_Redundancy(benchmark::State& st, float shared) {
+  const int n = 1152, d = 64;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> bias(d), keys(static_cast<std::size_t>(n) * d), out(n);
+  for (float& b : bias) b = normal(rng);
+  for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = normal(rng) + shared * bias[i % d];
+  for (auto _ : st) {
+    rkv::compress::redundancy_scores(keys.data(), n, d, 0.5f, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.counters["GFMA/s"] = benchmark::Counter(0.5 * n * n * d * 1e-9 * double(st.iterations()),
+                                             benchmark::Counter::kIsRate);
+}
+BENCHMARK_CAPTURE(BM_Redundancy, unrelated, 0.0f)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Redundancy, shared_direction, 0.8f)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -51,13 +51,13 @@ void redundancy_scores(const float* keys, int n_all, int head_dim, float thresho
   const int rows_pad = round_up(n, kSimRows);
   const int cols_pad = round_up(n, kSimCols);
   thread_local std::vector<float> kn;   // [rows_pad][d], zero rows past n
-  thread_local std::vector<float> knt;  // [d][cols_pad], key-major, zero columns past n
+  thread_local std::vector<float> knt;  // key-major in panels of 16 keys, zero past n
   kn.assign(static_cast<std::size_t>(rows_pad) * d, 0.0f);
   knt.assign(static_cast<std::size_t>(d) * cols_pad, 0.0f);
   normalise_keys(keys, n, d, kn.data());
   for (int i = 0; i < n; ++i) {
     for (int c = 0; c < d; ++c) {
-      knt[static_cast<std::size_t>(c) * cols_pad + i] = kn[static_cast<std::size_t>(i) * d + c];
+      knt[panel_index(c, i, d)] = kn[static_cast<std::size_t>(i) * d + c];
     }
   }
 
@@ -82,16 +82,9 @@ void redundancy_scores(const float* keys, int n_all, int head_dim, float thresho
   // from row i, by similarity_tiles.h's block kernel): "upper" is row i's own columns j > i,
   // "lower" the view S[j, i] = S[i, j] of the rows before column j.
   std::vector<std::int32_t> upper_last(rows_pad, -1), lower_last(cols_pad, -1);
-  std::vector<float> upper_cos(rows_pad, 0.0f), lower_cos(cols_pad, 0.0f);
   std::vector<std::int32_t> upper_above(rows_pad, 0), lower_above(cols_pad, 0);
-  const SimilarityTally tally{n,
-                              threshold,
-                              upper_last.data(),
-                              upper_cos.data(),
-                              upper_above.data(),
-                              lower_last.data(),
-                              lower_cos.data(),
-                              lower_above.data()};
+  const SimilarityTally tally{
+      n, threshold, upper_last.data(), upper_above.data(), lower_last.data(), lower_above.data()};
   const SimilarityBlockFn similarity_block = similarity_block_fn();
   for (int i0 = 0; i0 < n; i0 += kSimRows) {
     similarity_block(kn.data(), knt.data(), d, cols_pad, i0, tally);
@@ -100,24 +93,18 @@ void redundancy_scores(const float* keys, int n_all, int head_dim, float thresho
   std::vector<std::int32_t> retain(n), above(n);
   for (int i = 0; i < n; ++i) above[i] = upper_above[i] + lower_above[i];
   const bool diagonal_similar = 0.0f > threshold;  // the zeroed diagonal, for a negative T
-  const float* k0 = kn.data();
   for (int i = 0; i < n; ++i) {
     int last = upper_last[i] >= 0 ? upper_last[i] : lower_last[i];
-    float last_cosine = upper_last[i] >= 0 ? upper_cos[i] : lower_cos[i];
     if (diagonal_similar) {
       ++above[i];
-      if (upper_last[i] < 0) {
-        last = i;
-        last_cosine = 0.0f;
-      }
+      if (upper_last[i] < 0) last = i;
     }
     // README 6.4 step 3; `first` is the reference's degenerate option (7.3): always column 0.
-    const bool has_similar = direction == RetainDirection::last && last >= 0;
-    retain[i] = has_similar ? last : 0;
+    retain[i] = direction == RetainDirection::last && last >= 0 ? last : 0;
     if (retain[i] == i) continue;  // the diagonal is zero already
-    const float zeroed =
-        has_similar ? last_cosine : dot(k0, kn.data() + static_cast<std::size_t>(i) * d, d);
-    total[retain[i]] -= zeroed;
+    // The zeroed cosine, recomputed for this one pair.
+    total[retain[i]] -= dot(kn.data() + static_cast<std::size_t>(i) * d,
+                            kn.data() + static_cast<std::size_t>(retain[i]) * d, d);
   }
   std::vector<double> mean(n);
   for (int j = 0; j < n; ++j) mean[j] = total[j] / n;  // column mean over all n_all rows

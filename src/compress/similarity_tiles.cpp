@@ -28,27 +28,18 @@ bool use_avx2() {
 
 void similarity_rows_portable(const float* kn, const float* knt, int d, int cols_pad, int i0,
                               int j0, float* out) {
-  const float* a0 = kn + static_cast<std::size_t>(i0) * d;
-  const float* a1 = a0 + d;
-  const float* a2 = a1 + d;
-  const float* a3 = a2 + d;
+  const float* a = kn + static_cast<std::size_t>(i0) * d;
   const std::size_t ld = static_cast<std::size_t>(cols_pad);
-  // A 4 x 8 register tile: four accumulators, one column vector loaded per step of c.
+  // A kSimRows x 8 register tile: one accumulator per row, one column vector loaded per step of c.
   for (int j = j0; j < cols_pad; j += 8) {
-    V8 c0 = {}, c1 = {}, c2 = {}, c3 = {};
-    const float* b = knt + j;
-    for (int c = 0; c < d; ++c, b += ld) {
+    V8 acc[kSimRows] = {};
+    const float* b = knt + panel_index(0, j, d);
+    for (int c = 0; c < d; ++c, b += kSimCols) {
       V8 v;
       std::memcpy(&v, b, sizeof v);
-      c0 += a0[c] * v;
-      c1 += a1[c] * v;
-      c2 += a2[c] * v;
-      c3 += a3[c] * v;
+      for (int r = 0; r < kSimRows; ++r) acc[r] += a[static_cast<std::size_t>(r) * d + c] * v;
     }
-    std::memcpy(out + j, &c0, sizeof c0);
-    std::memcpy(out + ld + j, &c1, sizeof c1);
-    std::memcpy(out + 2 * ld + j, &c2, sizeof c2);
-    std::memcpy(out + 3 * ld + j, &c3, sizeof c3);
+    for (int r = 0; r < kSimRows; ++r) std::memcpy(out + r * ld + j, &acc[r], sizeof acc[r]);
   }
 }
 
@@ -65,20 +56,11 @@ void similarity_block_portable(const float* kn, const float* knt, int d, int col
     for (int j = i + 1; j < n; ++j) {
       if (!(s[j] > t.threshold)) continue;
       t.upper_last[i] = j;  // j ascends: the last hit is the largest
-      t.upper_cos[i] = s[j];
       ++t.upper_above[i];
       t.lower_last[j] = i;  // rows ascend across calls: the last hit is the largest
-      t.lower_cos[j] = s[j];
       ++t.lower_above[j];
     }
   }
-}
-
-SimilarityRowsFn similarity_rows_fn() {
-#if defined(__x86_64__)
-  if (use_avx2()) return &similarity_rows_avx2;
-#endif
-  return &similarity_rows_portable;
 }
 
 SimilarityBlockFn similarity_block_fn() {
