@@ -1153,12 +1153,14 @@ int argmax(const float* v, int n) {
 
 // The largest |logit - llama.cpp's| over the first 4 greedy steps of the three prompts of one
 // golden file; the prompt ids and the 64 greedy ids are checked against llama.cpp's on the way.
-double run_golden(const fs::path& shared, const std::string& name) {
+double run_golden(const fs::path& shared, const std::string& name,
+                  kernels::MatmulPrecision precision = kernels::MatmulPrecision::Exact) {
   const auto path = shared / "golden/gguf" / name;
   const auto golden = test::read_json(shared / "golden/gguf/golden.json");
   const auto& runs = golden["models"][name];
   EXPECT_EQ(runs.size(), 3u);
   auto model = Model::load(path);
+  model->set_matmul_precision(precision);
   const Tokenizer tok = Tokenizer::load(path);
   const int V = model->config().vocab_size;
   EXPECT_EQ(V, 512);
@@ -1291,14 +1293,27 @@ TEST(GgufGolden, Bf16GreedyIdsMatchLlamaCpp) {
 // the README's 5e-2. rkv multiplies the exact bf16 weights with float32 activations (its f32
 // file agrees with llama.cpp to 9.4e-3, the README's float64 reference's own distance);
 // llama.cpp's CPU path rounds the activations to bf16 before these products (its bf16 logits lie
-// 0.0999 from its own f32 ones). Rounding rkv's activations the same way does not close the gap
-// (0.073; that rounding alone moves rkv's own logits by 0.057: the noise is not reproduced bit
-// for bit). Run with
-// --gtest_also_run_disabled_tests to see the number.
+// 0.0999 from its own f32 ones). rkv's llama.cpp-precision mode rounds them the same way (to
+// nearest even, once per product: --matmul-precision llamacpp, the test below) and lands at 0.073,
+// not closer; rounding for one projection alone (each of the seven), the output head alone or
+// all but the head (2026-11-24) gives 0.057-0.079. The likely reason: llama.cpp's f32
+// arithmetic is itself 4e-4 relative from exact here (9.4e-3 on logits of about 18), enough to
+// flip many of the bf16 roundings, so its rounding noise is not reproduced without reproducing
+// its f32 arithmetic too. Run with --gtest_also_run_disabled_tests to see the number.
 TEST(GgufGolden, DISABLED_Bf16LogitsWithinReadmeTolerance) {
   RKV_REQUIRE_SHARED(shared);
   const double diff = run_golden(shared, "stories260K-bf16.gguf");
   EXPECT_LE(diff, 5e-2) << "max |logit - llama.cpp's| " << diff << " (README tolerance 5e-2)";
+}
+
+// The llama.cpp-precision mode (activations rounded to bf16 before each product, as llama.cpp's
+// CPU backend does): the prompt ids and all 64 greedy ids of every prompt equal llama.cpp's too.
+// Its logits do not come closer to llama.cpp's (see the OPEN note above): printed, not asserted.
+TEST(GgufGolden, Bf16GreedyIdsMatchLlamaCppInLlamaCppPrecision) {
+  RKV_REQUIRE_SHARED(shared);
+  const double diff =
+      run_golden(shared, "stories260K-bf16.gguf", kernels::MatmulPrecision::Rounded);
+  std::printf("[gguf] bf16, --matmul-precision llamacpp: max |logit - llama.cpp's| = %.3g\n", diff);
 }
 
 // ---- the command line ----------------------------------------------------------------------

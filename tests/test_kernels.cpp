@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
@@ -465,6 +466,90 @@ TEST(Matmul, PoolOneAndTwoThreadsIdentical) {
       EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0)
           << dtype_name(dt) << " T=" << T << " (" << kernels::isa_name(kernels::active_isa())
           << ")";
+    }
+  }
+}
+
+// ---- the llama.cpp-precision mode (MatmulPrecision::Rounded) -------------------------------
+
+TEST(MatmulPrecision, NamesParseAndUnknownNamesAreErrors) {
+  EXPECT_EQ(kernels::parse_matmul_precision("exact"), kernels::MatmulPrecision::Exact);
+  EXPECT_EQ(kernels::parse_matmul_precision("llamacpp"), kernels::MatmulPrecision::Rounded);
+  EXPECT_EQ(kernels::matmul_precision_name(kernels::MatmulPrecision::Rounded), "llamacpp");
+  EXPECT_THROW(kernels::parse_matmul_precision("bf16"), Error);
+}
+
+// Hand-worked roundings to nearest even: bf16 keeps 7 fraction bits (a unit in the last place of
+// 2^-7 at 1), f16 keeps 10 (2^-10).
+TEST(MatmulPrecision, ActivationsRoundToNearestEven) {
+  const std::vector<float> x = {1.0f + 0x1p-8f,             // half an ulp: ties to even, 1
+                                1.0f + 3 * 0x1p-8f,         // 1.5 ulps: ties to even, 1 + 2^-6
+                                1.0f + 0x1p-8f + 0x1p-20f,  // above half: 1 + 2^-7
+                                -(1.0f + 0x1p-9f),          // below half: -1
+                                0.0f};
+  std::vector<float> out(x.size());
+  kernels::round_activations(x.data(), x.size(), DType::BF16, out.data());
+  EXPECT_EQ(out, (std::vector<float>{1.0f, 1.0f + 0x1p-6f, 1.0f + 0x1p-7f, -1.0f, 0.0f}));
+  const std::vector<float> h = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 1.0f + 0x1p-11f + 0x1p-20f,
+                                70000.0f};
+  out.resize(h.size());
+  kernels::round_activations(h.data(), h.size(), DType::F16, out.data());
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], 1.0f + 0x1p-9f);
+  EXPECT_EQ(out[2], 1.0f + 0x1p-10f);
+  EXPECT_TRUE(std::isinf(out[3]));  // past f16's largest finite value, as llama.cpp's conversion
+  kernels::round_activations(x.data(), x.size(), DType::F32, out.data());
+  EXPECT_EQ(std::vector<float>(out.begin(), out.begin() + 5), x);
+}
+
+// With precision Rounded, matmul (every ISA's kernel behind it, GEMV and GEMM) multiplies the
+// rounded activations: it agrees with the reference on round_activations(x) to the parity
+// tolerance, and a difference the rounding makes is visible (x = 1 + 2^-12 against weights of 1:
+// rounded to 1 in bf16 and f16, so K rows of it sum to exactly K instead of K (1 + 2^-12)).
+TEST(MatmulPrecision, RoundedMatmulMultipliesTheRoundedActivations) {
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  for (DType dt : {DType::BF16, DType::F16, DType::F32}) {
+    for (std::size_t T : {1u, 5u, 40u}) {
+      const std::size_t K = 300, N = 70;
+      Weights w = make_weights(dt, N, K, rng);
+      WeightView view = w.view();
+      view.precision = kernels::MatmulPrecision::Rounded;
+      const std::vector<float> x = make_x(T, K, rng);
+      std::vector<float> xr(x.size()), got(T * N), want(T * N);
+      kernels::round_activations(x.data(), x.size(), dt, xr.data());
+      if (dt == DType::F32) {
+        EXPECT_EQ(xr, x);
+      }
+      kernels::matmul(x.data(), T, view, got.data(), pool);
+      kernels::matmul_rows_reference(xr.data(), T, w.view(), 0, N, want.data(), N);
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t n = 0; n < N; ++n) {
+          double mag = 0.0;
+          for (std::size_t k = 0; k < K; ++k)
+            mag += std::fabs(static_cast<double>(xr[t * K + k]) * w.f32[n * K + k]);
+          ASSERT_NEAR(got[t * N + n], want[t * N + n], 1e-4 * mag + 1e-6)
+              << dtype_name(dt) << " T=" << T << " t=" << t << " n=" << n;
+        }
+    }
+    const std::size_t K = 64, N = 16;
+    std::vector<std::uint16_t> ones(
+        N * K, static_cast<std::uint16_t>(dt == DType::BF16 ? 0x3f80 : 0x3c00));
+    std::vector<float> onesf(N * K, 1.0f);
+    const void* data = dt == DType::F32 ? static_cast<const void*>(onesf.data()) : ones.data();
+    const WeightView exact{data, dt, N, K},
+        rounded{data, dt, N, K, kernels::MatmulPrecision::Rounded};
+    for (std::size_t T : {1u, 40u}) {
+      std::vector<float> x(T * K, 1.0f + 0x1p-12f), y(T * N), ye(T * N);
+      kernels::matmul(x.data(), T, rounded, y.data(), pool);
+      kernels::matmul(x.data(), T, exact, ye.data(), pool);
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        EXPECT_NEAR(ye[i], 64.0f * (1.0f + 0x1p-12f), 1e-5f) << dtype_name(dt) << " T=" << T;
+        if (dt == DType::F32)
+          EXPECT_EQ(y[i], ye[i]) << "f32 weights: Rounded leaves x as it is";
+        else
+          EXPECT_EQ(y[i], 64.0f) << dtype_name(dt) << " T=" << T;
+      }
     }
   }
 }

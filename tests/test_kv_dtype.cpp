@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "engine/batch_engine.h"
 #include "kernels/attention.h"
@@ -435,6 +437,32 @@ INSTANTIATE_TEST_SUITE_P(Checkpoints, KvDtypeLogits,
                                            "qwen2_bias_f32", "qwen2_tied_bf16",
                                            "qwen3_qknorm_f32"));
 
+// The llama.cpp-precision mode (--matmul-precision llamacpp: activations rounded to bf16 before
+// each product with bf16 weights) on the bf16 checkpoints of ../shared, with an f32 cache: the
+// logits move from the exact mode's by at most kLlamaCppPrecisionBound relative to the largest
+// logit (measured 2026-11-24, docs/PERFORMANCE.md; about 3x room), and by something.
+constexpr double kLlamaCppPrecisionBound = 2e-2;
+
+TEST(MatmulPrecisionLogits, LlamaCppModeWithinItsBoundOfExact) {
+  RKV_REQUIRE_SHARED(shared);
+  const std::vector<int> next = {5, 17, 92, 3, 44, 60, 7, 250};
+  for (const auto& path :
+       {shared / "golden/models/qwen2_tied_bf16", shared / "golden/gguf/stories260K-bf16.gguf"}) {
+    auto model = Model::load(path);
+    std::vector<int> prompt;
+    for (int i = 0; i < 40; ++i) prompt.push_back(1 + (i * 37) % 500);
+    const std::vector<float> exact = run_logits(*model, KvDtype::f32, prompt, next);
+    model->set_matmul_precision(kernels::MatmulPrecision::Rounded);
+    EXPECT_EQ(model->matmul_precision(), kernels::MatmulPrecision::Rounded);
+    const double err = relative_logit_error(run_logits(*model, KvDtype::f32, prompt, next), exact);
+    std::printf(
+        "[ logits   ] %s --matmul-precision llamacpp: max |diff| / max |exact logit| = %.3g\n",
+        path.filename().c_str(), err);
+    EXPECT_LE(err, kLlamaCppPrecisionBound) << path;
+    EXPECT_GT(err, 0.0) << path << ": nothing was rounded";
+  }
+}
+
 // q8_0 on a checkpoint rkv writes itself (tiny shape, head size 32, f32), without ../shared.
 TEST(KvDtypeLogitsSelfMade, Q8AndBf16WithinTheirBounds) {
   auto model = Model::load(test::self_made_model());
@@ -587,6 +615,30 @@ TEST(KvDtypeCli, FlagOnEveryCommandAndClearErrors) {
   EXPECT_NE(
       run_command(base + "-m " + test::self_made_model().string() + " --kv-dtype q4 2>&1", out), 0);
   EXPECT_NE(out.find("--kv-dtype"), std::string::npos) << out;
+}
+
+// --matmul-precision on every command that runs the model; `logits` in llamacpp precision on a
+// bf16 checkpoint differs from exact (the rounding reaches the output); a bad value is refused.
+TEST(MatmulPrecisionCli, FlagOnEveryCommandAndClearErrors) {
+  std::string out;
+  for (const char* cmd : {"generate", "eval", "bench", "bench-decode", "serve", "logits"}) {
+    ASSERT_EQ(run_command(test::rkv_binary() + " " + cmd + " --help 2>&1", out), 0) << cmd;
+    EXPECT_NE(out.find("--matmul-precision"), std::string::npos) << cmd;
+  }
+  RKV_REQUIRE_SHARED(shared);
+  const std::string base = test::rkv_binary() + " logits --ids 1,2,3 -m " +
+                           (shared / "golden/models/qwen2_tied_bf16").string() + " ";
+  std::string exact, rounded;
+  ASSERT_EQ(run_command(base + "2>&1", exact), 0) << exact;
+  ASSERT_EQ(run_command(base + "--matmul-precision exact 2>&1", out), 0) << out;
+  EXPECT_EQ(out, exact);
+  ASSERT_EQ(run_command(base + "--matmul-precision llamacpp 2>&1", rounded), 0) << rounded;
+  const auto a = nlohmann::json::parse(exact)["logits"][0].get<std::vector<float>>();
+  const auto b = nlohmann::json::parse(rounded)["logits"][0].get<std::vector<float>>();
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_NE(a, b);
+  EXPECT_NE(run_command(base + "--matmul-precision fast 2>&1", out), 0);
+  EXPECT_NE(out.find("--matmul-precision"), std::string::npos) << out;
 }
 
 }  // namespace

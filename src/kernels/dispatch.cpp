@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -140,9 +141,40 @@ Isa active_isa() {
   return isa;
 }
 
+std::string_view matmul_precision_name(MatmulPrecision p) {
+  return p == MatmulPrecision::Exact ? "exact" : "llamacpp";
+}
+
+MatmulPrecision parse_matmul_precision(std::string_view name) {
+  if (name == "exact") return MatmulPrecision::Exact;
+  if (name == "llamacpp") return MatmulPrecision::Rounded;
+  throw Error("unknown matmul precision '" + std::string(name) + "': expected exact or llamacpp");
+}
+
+void round_activations(const float* x, std::size_t n, DType dtype, float* out) {
+  switch (dtype) {
+    case DType::BF16:
+      for (std::size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(f32_to_bf16(x[i]));
+      return;
+    case DType::F16:
+      for (std::size_t i = 0; i < n; ++i) out[i] = f16_to_f32(f32_to_f16(x[i]));
+      return;
+    default:
+      std::copy(x, x + n, out);
+  }
+}
+
 void matmul(const float* x, std::size_t T, const WeightView& w, float* y, ThreadPool& pool) {
   static const MatmulRowsFn rows_fn = matmul_rows_for(active_isa());
   const std::size_t N = w.rows;
+  if (w.precision == MatmulPrecision::Rounded &&
+      (w.dtype == DType::BF16 || w.dtype == DType::F16)) {
+    // Rounded once, here, for every thread's rows (O(T K) against the product's O(T K N)).
+    thread_local std::vector<float> rounded;
+    rounded.resize(T * w.cols);
+    round_activations(x, T * w.cols, w.dtype, rounded.data());
+    x = rounded.data();
+  }
   if (dtype_is_quantized(w.dtype)) {
     // The activations are quantized once, here, for every thread's rows.
     static const QuantizedRowsFn qrows_fn = quantized_rows_for(active_isa());

@@ -14,6 +14,19 @@
 
 namespace rkv::kernels {
 
+// How the float32 activations meet 16-bit (bf16, f16) weights in matmul.
+//  * Exact (the default): x is used as it is; the products are those of a float32 reference to
+//    float32 rounding (the golden checkpoints' tolerance is for that arithmetic).
+//  * Rounded: x is first rounded to nearest even to the weights' dtype, once per call, as
+//    llama.cpp's CPU backend does before these dot products (its vec_dot_type of BF16 and F16):
+//    the llama.cpp-precision mode, `--matmul-precision llamacpp` (docs/USAGE.md). The products of
+//    two 16-bit values are exact in float32, so what differs from Exact is that rounding alone.
+// Other weight dtypes ignore it (f32 takes x as it is, quantized types always quantize x).
+enum class MatmulPrecision : std::uint8_t { Exact, Rounded };
+std::string_view matmul_precision_name(MatmulPrecision p);
+// Parses "exact" or "llamacpp"; throws rkv::Error naming the valid values.
+MatmulPrecision parse_matmul_precision(std::string_view name);
+
 // A row-major weight matrix of `rows` x `cols` elements of type `dtype` (a Linear layer's
 // [out_features][in_features]), used in place from the memory-mapped checkpoint. A quantized
 // dtype (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K: core/quant.h) stores each row as cols / block blocks.
@@ -22,10 +35,16 @@ struct WeightView {
   DType dtype = DType::F32;
   std::size_t rows = 0;
   std::size_t cols = 0;
+  MatmulPrecision precision = MatmulPrecision::Exact;
 };
 
+// x rounded to nearest even to bf16 (dtype BF16) or f16 (F16) and widened back to f32, n values:
+// what matmul multiplies for MatmulPrecision::Rounded. Any other dtype copies x unchanged.
+void round_activations(const float* x, std::size_t n, DType dtype, float* out);
+
 // y[t][n] = sum_k x[t][k] * w[n][k] for t < T, n < w.rows.
-// x: [T][w.cols] f32, y: [T][w.rows] f32. Accumulation is float32 (or better).
+// x: [T][w.cols] f32, y: [T][w.rows] f32. Accumulation is float32 (or better). With
+// w.precision == Rounded and 16-bit weights, x is round_activations(x) (rounded once, here).
 // Quantized weights: x is first quantized to 8 bits in blocks of 32 (quant::quantize_activations,
 // as llama.cpp does for these dot products; it keeps llama.cpp's greedy ids on its own Q8_0/Q4_0
 // goldens), each row kernel quantizing the rows of x it is given; the products are integer per

@@ -88,6 +88,12 @@ class Model {
   void forward(std::span<const ForwardRow> rows, ForwardScratch& scratch, ThreadPool& pool,
                float* logits, ForwardObserver* observer = nullptr) const;
 
+  // How activations meet the 16-bit weights in every matrix product (kernels::MatmulPrecision):
+  // Exact after load; Rounded is llama.cpp's arithmetic (`--matmul-precision llamacpp`). Set it
+  // before the first forward pass, not during one.
+  void set_matmul_precision(kernels::MatmulPrecision precision);
+  kernels::MatmulPrecision matmul_precision() const { return lm_head_.precision; }
+
   // The KV cache dtype used when none is given: bf16 for a checkpoint whose attention weights
   // are bf16 or f16, f32 for an f32 one (whose results it leaves exactly as they were).
   KvDtype default_kv_dtype() const;

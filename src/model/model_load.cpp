@@ -125,6 +125,13 @@ KvDtype Model::default_kv_dtype() const {
   return layers_.empty() || layers_.front().k.dtype == DType::F32 ? KvDtype::f32 : KvDtype::bf16;
 }
 
+void Model::set_matmul_precision(kernels::MatmulPrecision precision) {
+  for (LayerWeights& l : layers_)
+    for (kernels::WeightView* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+      w->precision = precision;
+  lm_head_.precision = precision;
+}
+
 Model::MatmulFootprint Model::matmul_footprint() const {
   MatmulFootprint f;
   auto add = [&](const kernels::WeightView& w) {

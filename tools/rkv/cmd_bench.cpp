@@ -25,6 +25,7 @@ namespace {
 
 struct Args {
   std::string model;
+  std::string matmul_precision;
   int prompt_len = 128;
   std::string gen_lens = "2048";
   std::string methods = "fullkv,rkv";
@@ -58,16 +59,17 @@ void run(const Args& a) {
     if (b == "max" && cap == 0)
       throw Error("--batch max needs a memory cap: give --kv-memory (e.g. 2GiB)");
 
-  auto model = Model::load(a.model);
+  auto model = load_model(a.model, a.matmul_precision);
   const ModelConfig& c = model->config();
   ThreadPool pool(a.threads);
   const KvDtype kv_dtype = a.kv->kv_dtype().value_or(model->default_kv_dtype());
   const KvCacheShape token_shape = model->cache_shape(1, 0, kv_dtype);
   const KvTokenBytes per_token = KvCache::token_bytes_for(token_shape);
-  std::fprintf(stderr, "bench: %s (%s, %d layers), %d threads, kernels %s, KV cap %s\n",
-               a.model.c_str(), c.architecture_name.c_str(), c.num_layers, a.threads,
-               std::string(kernels::isa_name(kernels::active_isa())).c_str(),
-               cap ? format_bytes(static_cast<double>(cap)).c_str() : "none");
+  std::fprintf(
+      stderr, "bench: %s (%s, %d layers), %d threads, kernels %s, matmul precision %s, KV cap %s\n",
+      a.model.c_str(), c.architecture_name.c_str(), c.num_layers, a.threads,
+      std::string(kernels::isa_name(kernels::active_isa())).c_str(), a.matmul_precision.c_str(),
+      cap ? format_bytes(static_cast<double>(cap)).c_str() : "none");
   std::fprintf(stderr,
                "bench: KV cache %s: %zu bytes per cached token (keys %zu, values %zu, positions "
                "%zu, policy state %zu); the cap reserves keys and values\n",
@@ -117,6 +119,7 @@ void run(const Args& a) {
                        {"kv_memory_bytes", cap},
                        {"kv", kv_settings},
                        {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
+                       {"matmul_precision", a.matmul_precision},
                        {"kv_dtype", std::string(kv_dtype_name(kv_dtype))}};
   auto journaled = [&](const json& key) -> const json* {
     for (const json& r : previous)
@@ -285,6 +288,7 @@ void run(const Args& a) {
     nlohmann::json out = {{"model", a.model},
                           {"threads", a.threads},
                           {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
+                          {"matmul_precision", a.matmul_precision},
                           {"kv_memory_bytes", cap},
                           {"kv_dtype", std::string(kv_dtype_name(kv_dtype))},
                           {"kv_bytes_per_token",
@@ -326,6 +330,7 @@ void setup(CLI::App& app) {
   add_flag_option(
       app, "--latency-plot", a->latency_plot,
       "Write the per-token decode latency of one sequence per method, against position, as SVG");
+  add_matmul_precision_option(app, a->matmul_precision);
   add_threads_option(app, a->threads);
   add_kv_options(app, a->kv);
   app.callback([a] { run(*a); });

@@ -25,6 +25,7 @@ namespace {
 
 struct Args {
   std::string model;
+  std::string matmul_precision;
   std::string depths = "0,1024,4096";
   int n_prompt = 512;
   int n_gen = 64;
@@ -58,6 +59,7 @@ void setup(CLI::App& app) {
   app.add_flag("--no-limits", args->no_limits,
                "Skip measuring the machine's limits (streaming-read bandwidth and compute peak "
                "with the same threads, about 3 s) and the columns that compare with them");
+  add_matmul_precision_option(app, args->matmul_precision);
   add_threads_option(app, args->threads);
   add_kv_options(app, args->kv);
   app.callback([args] {
@@ -66,7 +68,7 @@ void setup(CLI::App& app) {
     const std::vector<int> depths = parse_int_list(args->depths, "--depths");
     for (int d : depths)
       if (d < 0) throw Error("--depths: depths must be >= 0");
-    auto model = Model::load(args->model);
+    auto model = load_model(args->model, args->matmul_precision);
     const ModelConfig& c = model->config();
     const KvDtype kv_dtype = kv_dtype_flag.value_or(model->default_kv_dtype());
     const KvTokenBytes per_token = KvCache::token_bytes_for(model->cache_shape(1, 0, kv_dtype));
@@ -78,9 +80,12 @@ void setup(CLI::App& app) {
       for (int& x : t) x = static_cast<int>(rng.next() % static_cast<std::uint64_t>(c.vocab_size));
       return t;
     };
-    std::fprintf(stderr, "bench-decode: %s (%s, %d layers, hidden %d), %d threads, kernels: %s\n",
+    std::fprintf(stderr,
+                 "bench-decode: %s (%s, %d layers, hidden %d), %d threads, kernels: %s, matmul "
+                 "precision: %s\n",
                  args->model.c_str(), c.architecture_name.c_str(), c.num_layers, c.hidden_size,
-                 args->threads, std::string(kernels::isa_name(kernels::active_isa())).c_str());
+                 args->threads, std::string(kernels::isa_name(kernels::active_isa())).c_str(),
+                 args->matmul_precision.c_str());
     std::optional<kernels::MachineLimits> limits;
     if (!args->no_limits) {
       std::fprintf(stderr, "bench-decode: measuring the machine's limits...\n");
@@ -203,6 +208,7 @@ void setup(CLI::App& app) {
                             {"matmul_bytes", matmuls.bytes},
                             {"threads", args->threads},
                             {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
+                            {"matmul_precision", args->matmul_precision},
                             {"results", results}};
       if (limits)
         out["machine_limits"] = {{"read_gb_per_s", limits->read_gb_per_s},

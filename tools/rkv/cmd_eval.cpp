@@ -16,6 +16,7 @@ namespace {
 
 struct Args {
   std::string model, tokenizer, dataset, preset, question_field, answer_field;
+  std::string matmul_precision;
   std::size_t limit = 0;
   int samples = 1;
   long long seed = 0;
@@ -65,7 +66,7 @@ void run(const Args& a) {
   o.max_batch = a.max_batch;
   o.out_dir = a.out;
 
-  auto model = Model::load(a.model);
+  auto model = load_model(a.model, a.matmul_precision);
   const Tokenizer tokenizer = Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer);
   o.steering = a.steering->load(*model);
   ThreadPool pool(a.threads);
@@ -132,6 +133,7 @@ void setup(CLI::App& app) {
   add_flag_option(app, "-o,--out", a->out,
                   "Output directory (resumes when it already holds samples.jsonl)")
       ->required();
+  add_matmul_precision_option(app, a->matmul_precision);
   add_threads_option(app, a->threads);
   add_kv_options(app, a->kv);
   add_steering_options(app, a->steering);

@@ -26,6 +26,7 @@ struct Args {
   std::string model, tokenizer, host = "127.0.0.1", alias, api_key, kv_memory = "2GiB",
                                 reasoning_format = "parsed";
   int port = 8080;
+  std::string matmul_precision;
   int parallel = 0;
   int queue_limit = 64;
   int http_threads = 128;
@@ -109,7 +110,7 @@ void run(const Args& a) {
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Engine> engine;
   try {
-    model = Model::load(a.model);
+    model = load_model(a.model, a.matmul_precision);
     tokenizer =
         std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
     defaults.steering = g.steering->load(*model);
@@ -190,6 +191,7 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--reasoning-format", a->reasoning_format,
                   "parsed: the chain of thought in message.reasoning_content; none: inline in "
                   "the content (a request's 'reasoning_format' overrides)");
+  add_matmul_precision_option(app, a->matmul_precision);
   add_threads_option(app, a->threads);
   a->gen->n_predict = 2048;
   add_generate_options(app, a->gen,

@@ -72,6 +72,22 @@ void add_model_options(CLI::App& app, std::string& model, std::string& tokenizer
                   "Tokenizer directory or .gguf file (default: the model)");
 }
 
+void add_matmul_precision_option(CLI::App& app, std::string& precision) {
+  precision = "exact";
+  add_flag_option(app, "--matmul-precision", precision,
+                  "How activations meet bf16/f16 weights in the matrix products: exact (as "
+                  "float32, within the golden checkpoints' f32 tolerance) or llamacpp (rounded "
+                  "to the weights' 16-bit type first, as llama.cpp's CPU backend does; logits move "
+                  "by up to a few 1e-2, docs/USAGE.md). f32 and quantized weights are unaffected")
+      ->check(CLI::IsMember({"exact", "llamacpp"}));
+}
+
+std::unique_ptr<Model> load_model(const std::string& path, const std::string& precision) {
+  auto model = Model::load(path);
+  model->set_matmul_precision(kernels::parse_matmul_precision(precision));
+  return model;
+}
+
 std::string format_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "model/model.h"
 
 namespace rkv::cli {
 
@@ -35,6 +38,13 @@ void add_threads_option(CLI::App& app, int& threads);
 
 // -m/--model (required) and --tokenizer (default: the model directory).
 void add_model_options(CLI::App& app, std::string& model, std::string& tokenizer);
+
+// --matmul-precision exact|llamacpp (RKV_ARG_MATMUL_PRECISION; kernels::MatmulPrecision) into
+// `precision`, which starts as "exact".
+void add_matmul_precision_option(CLI::App& app, std::string& precision);
+
+// Model::load(path) with a --matmul-precision value applied.
+std::unique_ptr<Model> load_model(const std::string& path, const std::string& precision);
 
 // Human-readable byte count: "12.5 MiB".
 std::string format_bytes(double bytes);
