@@ -7,6 +7,10 @@
 // two bf16 are exact in f32 and the accumulation is f32, and hi + lo represents x to about 2^-17
 // relative, so the result stays within the tolerance of a float32 reference (rounding the
 // activations to bf16 alone would not).
+// With MatmulPrecision::Rounded (the llama.cpp-precision mode) the activations are rounded to bf16
+// (hi) and lo is neither made nor multiplied: one VDPBF16PS per weight pair instead of two. The
+// result is the same, bit for bit, as the two-product kernel's on activations rounded beforehand
+// (their lo is zero, and adding a product of zeros leaves an f32 sum unchanged).
 //
 //  * decode (T < kGemmMinT): GEMV over the weight rows in their natural layout (which already is
 //    VDPBF16PS's pair order); the hi/lo split of x is made once per call.
@@ -94,16 +98,17 @@ inline __m256i as_si256(__m256bh v) {
 }
 
 // hi[k] = bf16(x[k]), lo[k] = bf16(x[k] - hi[k]) for k < n; zero for n <= k < npad (npad a
-// multiple of 16).
+// multiple of 16). lo == nullptr: hi only.
 void split_row(const float* x, std::size_t n, std::uint16_t* hi, std::uint16_t* lo,
                std::size_t npad) {
   for (std::size_t k = 0; k < npad; k += 16) {
     const __mmask16 m = k < n ? tail_mask16(n - k) : static_cast<__mmask16>(0);
     const __m512 v = _mm512_maskz_loadu_ps(m, x + k);
     const __m256i h = as_si256(_mm512_cvtneps_pbh(v));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + k), h);
+    if (lo == nullptr) continue;
     const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     const __m256i l = as_si256(_mm512_cvtneps_pbh(_mm512_sub_ps(v, hf)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + k), h);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + k), l);
   }
 }
@@ -120,10 +125,10 @@ inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 
 // ---- decode: GEMV tiles ---------------------------------------------------------------------
 
-// y[t][r] = dot(x[t], w[r]) for r < R, t < TT. xs row t: hi at xs + t * ldxs, lo at + kpad.
-// Each weight line read is matched by a prefetch of the line pf elements further on (the same
-// column of the next block of rows, see gemv_rows).
-template <int R, int TT>
+// y[t][r] = dot(x[t], w[r]) for r < R, t < TT. xs row t: hi at xs + t * ldxs, lo at + kpad
+// (read only when kLo). Each weight line read is matched by a prefetch of the line pf elements
+// further on (the same column of the next block of rows, see gemv_rows).
+template <int R, int TT, bool kLo>
 void gemv_tile(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad, const std::uint16_t* w,
                std::size_t K, std::size_t pf, float* y, std::size_t ldy) {
   __m512 acc[R][TT];
@@ -134,7 +139,7 @@ void gemv_tile(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad, cons
     __m512bh xh[TT], xl[TT];
     for (int t = 0; t < TT; ++t) {
       xh[t] = as_bh(_mm512_loadu_si512(xs + t * ldxs + k));
-      xl[t] = as_bh(_mm512_loadu_si512(xs + t * ldxs + kpad + k));
+      if constexpr (kLo) xl[t] = as_bh(_mm512_loadu_si512(xs + t * ldxs + kpad + k));
     }
     for (int r = 0; r < R; ++r) {
       const std::uint16_t* wr = w + r * K + k;
@@ -142,7 +147,7 @@ void gemv_tile(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad, cons
       const __m512bh wv = as_bh(_mm512_loadu_si512(wr));
       for (int t = 0; t < TT; ++t) {
         acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xh[t]);
-        acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xl[t]);
+        if constexpr (kLo) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xl[t]);
       }
     }
   }
@@ -151,13 +156,13 @@ void gemv_tile(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad, cons
     __m512bh xh[TT], xl[TT];
     for (int t = 0; t < TT; ++t) {
       xh[t] = as_bh(_mm512_loadu_si512(xs + t * ldxs + k));
-      xl[t] = as_bh(_mm512_loadu_si512(xs + t * ldxs + kpad + k));
+      if constexpr (kLo) xl[t] = as_bh(_mm512_loadu_si512(xs + t * ldxs + kpad + k));
     }
     for (int r = 0; r < R; ++r) {
       const __m512bh wv = as_bh(_mm512_maskz_loadu_epi16(m, w + r * K + k));
       for (int t = 0; t < TT; ++t) {
         acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xh[t]);
-        acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xl[t]);
+        if constexpr (kLo) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xl[t]);
       }
     }
   }
@@ -169,17 +174,19 @@ void gemv_tile(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad, cons
   }
 }
 
-template <int TT>
+template <int TT, bool kLo>
 void gemv_rows_tt(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad,
                   const std::uint16_t* w, std::size_t K, std::size_t pf, std::size_t n0,
                   std::size_t n1, float* y, std::size_t ldy) {
   constexpr int kR = TT <= 2 ? 8 : 4;
   std::size_t n = n0;
-  for (; n + kR <= n1; n += kR) gemv_tile<kR, TT>(xs, ldxs, kpad, w + n * K, K, pf, y + n, ldy);
-  for (; n + 4 <= n1; n += 4) gemv_tile<4, TT>(xs, ldxs, kpad, w + n * K, K, pf, y + n, ldy);
-  for (; n < n1; ++n) gemv_tile<1, TT>(xs, ldxs, kpad, w + n * K, K, pf, y + n, ldy);
+  for (; n + kR <= n1; n += kR)
+    gemv_tile<kR, TT, kLo>(xs, ldxs, kpad, w + n * K, K, pf, y + n, ldy);
+  for (; n + 4 <= n1; n += 4) gemv_tile<4, TT, kLo>(xs, ldxs, kpad, w + n * K, K, pf, y + n, ldy);
+  for (; n < n1; ++n) gemv_tile<1, TT, kLo>(xs, ldxs, kpad, w + n * K, K, pf, y + n, ldy);
 }
 
+template <bool kLo>
 void gemv_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n0, std::size_t n1,
                float* y, std::size_t ldy) {
   const std::size_t K = w.cols;
@@ -187,7 +194,7 @@ void gemv_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n
   const std::size_t ldxs = 2 * kpad;
   auto* xs = static_cast<std::uint16_t*>(tls_x.get(T * ldxs * sizeof(std::uint16_t)));
   for (std::size_t t = 0; t < T; ++t)
-    split_row(x + t * K, K, xs + t * ldxs, xs + t * ldxs + kpad, kpad);
+    split_row(x + t * K, K, xs + t * ldxs, kLo ? xs + t * ldxs + kpad : nullptr, kpad);
   const auto* wb = static_cast<const std::uint16_t*>(w.data);
   // Blocks of kNb weight rows, each read from memory once and reused from cache by every group
   // of 4 input rows. The tiles prefetch the next block while they work on this one: with a
@@ -202,16 +209,16 @@ void gemv_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n
       float* yt = y + t0 * ldy;
       switch (min_sz(4, T - t0)) {
         case 1:
-          gemv_rows_tt<1>(xt, ldxs, kpad, wb, K, pf, nb, ne, yt, ldy);
+          gemv_rows_tt<1, kLo>(xt, ldxs, kpad, wb, K, pf, nb, ne, yt, ldy);
           break;
         case 2:
-          gemv_rows_tt<2>(xt, ldxs, kpad, wb, K, pf, nb, ne, yt, ldy);
+          gemv_rows_tt<2, kLo>(xt, ldxs, kpad, wb, K, pf, nb, ne, yt, ldy);
           break;
         case 3:
-          gemv_rows_tt<3>(xt, ldxs, kpad, wb, K, pf, nb, ne, yt, ldy);
+          gemv_rows_tt<3, kLo>(xt, ldxs, kpad, wb, K, pf, nb, ne, yt, ldy);
           break;
         default:
-          gemv_rows_tt<4>(xt, ldxs, kpad, wb, K, pf, nb, ne, yt, ldy);
+          gemv_rows_tt<4, kLo>(xt, ldxs, kpad, wb, K, pf, nb, ne, yt, ldy);
           break;
       }
     }
@@ -237,8 +244,8 @@ void pack16_pairs(const std::uint16_t* w, std::size_t K, std::size_t n, std::siz
 }
 
 // y[i][j] (+)= sum_p (xhi[i][p] + xlo[i][p]) . b[p][j] for i < MR, j < 16 * NV (the last 16
-// masked by lastm). xs row i: hi pairs at xs + i * ldxs, lo pairs at + half.
-template <int MR, int NV>
+// masked by lastm). xs row i: hi pairs at xs + i * ldxs, lo pairs at + half (only when kLo).
+template <int MR, int NV, bool kLo>
 void micro(const std::uint32_t* xs, std::size_t ldxs, std::size_t half, const std::uint32_t* b,
            std::size_t kp, float* y, std::size_t ldy, __mmask16 lastm, bool accumulate) {
   __m512 c[MR][NV];
@@ -252,10 +259,10 @@ void micro(const std::uint32_t* xs, std::size_t ldxs, std::size_t half, const st
     for (int j = 0; j < NV; ++j) bv[j] = as_bh(_mm512_load_si512(b + p * (16 * NV) + 16 * j));
     for (int i = 0; i < MR; ++i) {
       const __m512bh ah = as_bh(_mm512_set1_epi32(static_cast<int>(xr[i][p])));
-      const __m512bh al = as_bh(_mm512_set1_epi32(static_cast<int>(xr[i][half + p])));
-      for (int j = 0; j < NV; ++j) {
-        c[i][j] = _mm512_dpbf16_ps(c[i][j], ah, bv[j]);
-        c[i][j] = _mm512_dpbf16_ps(c[i][j], al, bv[j]);
+      for (int j = 0; j < NV; ++j) c[i][j] = _mm512_dpbf16_ps(c[i][j], ah, bv[j]);
+      if constexpr (kLo) {
+        const __m512bh al = as_bh(_mm512_set1_epi32(static_cast<int>(xr[i][half + p])));
+        for (int j = 0; j < NV; ++j) c[i][j] = _mm512_dpbf16_ps(c[i][j], al, bv[j]);
       }
     }
   }
@@ -273,14 +280,15 @@ void micro(const std::uint32_t* xs, std::size_t ldxs, std::size_t half, const st
 using MicroFn = void (*)(const std::uint32_t*, std::size_t, std::size_t, const std::uint32_t*,
                          std::size_t, float*, std::size_t, __mmask16, bool);
 
-template <int NV, std::size_t... I>
+template <int NV, bool kLo, std::size_t... I>
 constexpr std::array<MicroFn, sizeof...(I)> micro_table(std::index_sequence<I...>) {
-  return {&micro<static_cast<int>(I) + 1, NV>...};
+  return {&micro<static_cast<int>(I) + 1, NV, kLo>...};
 }
 
-constexpr std::array<MicroFn, kMr> kMicro1 = micro_table<1>(std::make_index_sequence<kMr>());
-constexpr std::array<MicroFn, kMr> kMicro2 = micro_table<2>(std::make_index_sequence<kMr>());
+template <int NV, bool kLo>
+constexpr std::array<MicroFn, kMr> kMicro = micro_table<NV, kLo>(std::make_index_sequence<kMr>());
 
+template <bool kLo>
 void gemm_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n0, std::size_t n1,
                float* y, std::size_t ldy) {
   const std::size_t K = w.cols;
@@ -294,7 +302,7 @@ void gemm_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n
     const std::size_t kp = (kl + 1) / 2;
     const bool accumulate = kc > 0;
     for (std::size_t t = 0; t < T; ++t)
-      split_row(x + t * K + kc, kl, xs + t * 2 * kKc, xs + t * 2 * kKc + kKc, kKc);
+      split_row(x + t * K + kc, kl, xs + t * 2 * kKc, kLo ? xs + t * 2 * kKc + kKc : nullptr, kKc);
     for (std::size_t nb = n0; nb < n1; nb += 32) {
       const std::size_t nr = min_sz(32, n1 - nb);
       const int nv = nr > 16 ? 2 : 1;
@@ -302,7 +310,7 @@ void gemm_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n
       pack16_pairs(wb, K, nb, min_sz(16, nr), kc, kl, packed, ldp);
       if (nv == 2) pack16_pairs(wb, K, nb + 16, nr - 16, kc, kl, packed + 16, ldp);
       const __mmask16 lastm = tail_mask16(nr - 16 * static_cast<std::size_t>(nv - 1));
-      const std::array<MicroFn, kMr>& table = nv == 2 ? kMicro2 : kMicro1;
+      const std::array<MicroFn, kMr>& table = nv == 2 ? kMicro<2, kLo> : kMicro<1, kLo>;
       for (std::size_t t0 = 0; t0 < T; t0 += kMr) {
         const std::size_t mr = min_sz(kMr, T - t0);
         table[mr - 1](xs32 + t0 * kKc, kKc, kKc / 2, packed, kp, y + t0 * ldy + nb, ldy, lastm,
@@ -325,10 +333,12 @@ void matmul_rows_avx512bf16(const float* x, std::size_t T, const WeightView& w, 
       for (std::size_t n = n0; n < n1; ++n) y[t * ldy + n] = 0.0f;
     return;
   }
+  // Rounded: the activations are bf16 (hi) alone, one product per weight pair.
+  const bool lo = w.precision != MatmulPrecision::Rounded;
   if (T >= kGemmMinT) {
-    gemm_rows(x, T, w, n0, n1, y, ldy);
+    (lo ? gemm_rows<true> : gemm_rows<false>)(x, T, w, n0, n1, y, ldy);
   } else {
-    gemv_rows(x, T, w, n0, n1, y, ldy);
+    (lo ? gemv_rows<true> : gemv_rows<false>)(x, T, w, n0, n1, y, ldy);
   }
 }
 
