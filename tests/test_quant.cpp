@@ -394,6 +394,16 @@ INSTANTIATE_TEST_SUITE_P(Isas, QuantizedMatmul,
                            return std::string(kernels::isa_name(param_info.param));
                          });
 
+// Where the CPU has AVX-512 and AVX512-VNNI, the AVX-512 instruction sets run their own quantized
+// kernels (so the Isas/QuantizedMatmul instances above test them), not a silent AVX2 fallback.
+TEST(QuantizedMatmulDispatch, Avx512RunsTheVnniKernelsWhereTheCpuHasVnni) {
+  if (!kernels::isa_supported(Isa::Avx512) || !__builtin_cpu_supports("avx512vnni"))
+    GTEST_SKIP() << "this CPU has no AVX-512 with AVX512-VNNI";
+  EXPECT_TRUE(kernels::quantized_avx512_uses_vnni());
+  EXPECT_NE(kernels::quantized_rows_for(Isa::Avx512), kernels::quantized_rows_for(Isa::Avx2));
+  EXPECT_EQ(kernels::quantized_rows_for(Isa::Avx512), kernels::quantized_rows_for(Isa::Avx512Bf16));
+}
+
 // kernels::matmul (activations quantized once, rows split over threads) equals the active
 // instruction set's row kernel on the whole matrix, bit for bit (same integers, same order).
 TEST(QuantizedMatmulDispatch, ThreadedMatmulEqualsTheRowKernel) {

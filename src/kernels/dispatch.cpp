@@ -26,8 +26,18 @@ MatmulRowsFn matmul_rows_avx2_fn();
 MatmulRowsFn matmul_rows_avx512_fn();
 MatmulRowsFn matmul_rows_avx512bf16_fn();
 QuantizedRowsFn quantized_rows_avx2_fn();
+QuantizedRowsFn quantized_rows_avx512vnni_fn();
 QuantizeActivationsFn quantize_activations_avx2_fn();
+static bool cpu_has_avx512vnni() {
+  return __builtin_cpu_supports("avx512vnni");
+}
 #else
+static QuantizedRowsFn quantized_rows_avx512vnni_fn() {
+  return nullptr;
+}
+static bool cpu_has_avx512vnni() {
+  return false;
+}
 static QuantizedRowsFn quantized_rows_avx2_fn() {
   return nullptr;
 }
@@ -73,14 +83,21 @@ MatmulRowsFn matmul_rows_for(Isa isa) {
   return nullptr;
 }
 
+bool quantized_avx512_uses_vnni() {
+  return cpu_has_avx512vnni() && quantized_rows_avx512vnni_fn() != nullptr;
+}
+
 QuantizedRowsFn quantized_rows_for(Isa isa) {
   switch (isa) {
     case Isa::Reference:
       return &quantized_rows_reference;
     case Isa::Avx2:
+      return quantized_rows_avx2_fn();
     case Isa::Avx512:
     case Isa::Avx512Bf16:
-      return quantized_rows_avx2_fn();
+      // vpdpbusd (matmul_quant_avx512vnni.cpp) where the CPU has AVX512-VNNI, else AVX2's.
+      return quantized_avx512_uses_vnni() ? quantized_rows_avx512vnni_fn()
+                                          : quantized_rows_avx2_fn();
   }
   return nullptr;
 }

@@ -78,8 +78,11 @@ using QuantizedRowsFn = void (*)(const quant::ActivationBlocks& x, std::size_t T
                                  std::size_t ldy);
 using QuantizeActivationsFn = void (*)(const float* x, std::size_t T, std::size_t K, std::int8_t* q,
                                        float* d, std::int32_t* sum);
-// nullptr where this build has none. The AVX-512 ISAs use the AVX2 kernels for quantized types.
+// nullptr where this build has none. The AVX-512 ISAs run the AVX512-VNNI kernels for quantized
+// types where the CPU has VNNI (quantized_avx512_uses_vnni), else the AVX2 ones; every ISA
+// quantizes the activations with the AVX2 quantizer (the same bytes as the reference).
 QuantizedRowsFn quantized_rows_for(Isa isa);
+bool quantized_avx512_uses_vnni();
 QuantizeActivationsFn quantize_activations_for(Isa isa);
 void quantized_rows_reference(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w,
                               std::size_t n0, std::size_t n1, float* y, std::size_t ldy);
