@@ -1154,13 +1154,15 @@ int argmax(const float* v, int n) {
 // The largest |logit - llama.cpp's| over the first 4 greedy steps of the three prompts of one
 // golden file; the prompt ids and the 64 greedy ids are checked against llama.cpp's on the way.
 double run_golden(const fs::path& shared, const std::string& name,
-                  kernels::MatmulPrecision precision = kernels::MatmulPrecision::Exact) {
+                  kernels::MatmulPrecision precision = kernels::MatmulPrecision::Exact,
+                  kernels::AttentionPrecision attention = kernels::AttentionPrecision::Exact) {
   const auto path = shared / "golden/gguf" / name;
   const auto golden = test::read_json(shared / "golden/gguf/golden.json");
   const auto& runs = golden["models"][name];
   EXPECT_EQ(runs.size(), 3u);
   auto model = Model::load(path);
   model->set_matmul_precision(precision);
+  model->set_attention_precision(attention);
   const Tokenizer tok = Tokenizer::load(path);
   const int V = model->config().vocab_size;
   EXPECT_EQ(V, 512);
@@ -1224,12 +1226,17 @@ TEST(GgufGolden, F16GreedyIdsAndLogitsMatchLlamaCpp) {
 // (teacher forcing: rkv's argmax at each step against llama.cpp's id, then llama.cpp's id fed
 // in, so one early disagreement does not hide the agreement after it), and the largest logit
 // difference reported (and held within the README's float64 reference's 0.35).
-double run_golden_quantized(const fs::path& shared, const std::string& name) {
+double run_golden_quantized(
+    const fs::path& shared, const std::string& name,
+    kernels::MatmulPrecision precision = kernels::MatmulPrecision::Exact,
+    kernels::AttentionPrecision attention = kernels::AttentionPrecision::Exact) {
   const auto path = shared / "golden/gguf" / name;
   const auto golden = test::read_json(shared / "golden/gguf/golden.json");
   const auto& runs = golden["models"][name];
   EXPECT_EQ(runs.size(), 3u);
   auto model = Model::load(path);
+  model->set_matmul_precision(precision);
+  model->set_attention_precision(attention);
   const int V = model->config().vocab_size;
   ThreadPool pool(2);
   double max_diff = 0.0;
@@ -1289,31 +1296,71 @@ TEST(GgufGolden, Bf16GreedyIdsMatchLlamaCpp) {
   run_golden(shared, "stories260K-bf16.gguf");
 }
 
-// OPEN (reported, not loosened): the bf16 logits differ from llama.cpp's by up to 0.064, over
-// the README's 5e-2. rkv multiplies the exact bf16 weights with float32 activations (its f32
-// file agrees with llama.cpp to 9.4e-3, the README's float64 reference's own distance);
-// llama.cpp's CPU path rounds the activations to bf16 before these products (its bf16 logits lie
-// 0.0999 from its own f32 ones). rkv's llama.cpp-precision mode rounds them the same way (to
-// nearest even, once per product: --matmul-precision llamacpp, the test below) and lands at 0.073,
-// not closer; rounding for one projection alone (each of the seven), the output head alone or
-// all but the head (2026-11-24) gives 0.057-0.079. The likely reason: llama.cpp's f32
-// arithmetic is itself 4e-4 relative from exact here (9.4e-3 on logits of about 18), enough to
-// flip many of the bf16 roundings, so its rounding noise is not reproduced without reproducing
-// its f32 arithmetic too. Run with --gtest_also_run_disabled_tests to see the number.
-TEST(GgufGolden, DISABLED_Bf16LogitsWithinReadmeTolerance) {
-  RKV_REQUIRE_SHARED(shared);
-  const double diff = run_golden(shared, "stories260K-bf16.gguf");
-  EXPECT_LE(diff, 5e-2) << "max |logit - llama.cpp's| " << diff << " (README tolerance 5e-2)";
+// llama.cpp's own arithmetic, for the files whose distance to its goldens is its rounding noise:
+// activations rounded to the weights' 16-bit type before each product (--matmul-precision
+// llamacpp) and its f16 flash attention (--attention-precision llamacpp: q, keys and values
+// rounded to f16, the weighted sum of the values kept in f16; llama.cpp runs it by default on the
+// CPU and casts its f32 cache to f16 for it). Which activations land next to a rounding tie
+// depends on the order of every float32 sum before them, and the goldens were computed on an AVX2
+// machine (a float64 emulation of llama.cpp reproduces them to 1e-4 with AVX2's summation orders
+// and to 0.03-0.05 with AVX-512's). So the tolerances are asserted on rkv's AVX2 kernels, whose
+// orders are those; ctest runs these tests once more with RKV_ISA=avx2 (CMakeLists.txt). On
+// other kernels the figures are printed and must still beat the exact default.
+bool on_avx2() {
+  return kernels::active_isa() == kernels::Isa::Avx2;
 }
 
-// The llama.cpp-precision mode (activations rounded to bf16 before each product, as llama.cpp's
-// CPU backend does): the prompt ids and all 64 greedy ids of every prompt equal llama.cpp's too.
-// Its logits do not come closer to llama.cpp's (see the OPEN note above): printed, not asserted.
-TEST(GgufGolden, Bf16GreedyIdsMatchLlamaCppInLlamaCppPrecision) {
+// bf16: the README's 5e-2. The exact default lies 0.064 from llama.cpp's bf16 logits, which is
+// llama.cpp's own rounding noise (its bf16 logits lie 0.0999 from its f32 ones); the bf16
+// rounding of the activations alone does not reproduce it (0.073): the f16 attention is needed.
+TEST(GgufGolden, Bf16WithinReadmeToleranceInLlamaCppArithmetic) {
   RKV_REQUIRE_SHARED(shared);
-  const double diff =
-      run_golden(shared, "stories260K-bf16.gguf", kernels::MatmulPrecision::Rounded);
-  std::printf("[gguf] bf16, --matmul-precision llamacpp: max |logit - llama.cpp's| = %.3g\n", diff);
+  const double exact = run_golden(shared, "stories260K-bf16.gguf");
+  const double llamacpp =
+      run_golden(shared, "stories260K-bf16.gguf", kernels::MatmulPrecision::Rounded,
+                 kernels::AttentionPrecision::LlamaCpp);
+  std::printf(
+      "[gguf] bf16 (%s kernels): max |logit - llama.cpp's| exact %.3g, llama.cpp "
+      "arithmetic %.3g\n",
+      std::string(kernels::isa_name(kernels::active_isa())).c_str(), exact, llamacpp);
+  EXPECT_LT(llamacpp, exact);
+  if (on_avx2()) {
+    EXPECT_LE(llamacpp, 5e-2) << "README tolerance for bf16";
+  }
+}
+
+// f32: the f16 attention is what the remaining distance (9.4e-3, the float64 reference's too) was.
+TEST(GgufGolden, F32CloserInLlamaCppArithmetic) {
+  RKV_REQUIRE_SHARED(shared);
+  const double exact = run_golden(shared, "stories260K-f32.gguf");
+  const double llamacpp =
+      run_golden(shared, "stories260K-f32.gguf", kernels::MatmulPrecision::Exact,
+                 kernels::AttentionPrecision::LlamaCpp);
+  std::printf(
+      "[gguf] f32 (%s kernels): max |logit - llama.cpp's| exact %.3g, llama.cpp "
+      "attention %.3g\n",
+      std::string(kernels::isa_name(kernels::active_isa())).c_str(), exact, llamacpp);
+  EXPECT_LT(llamacpp, 0.5 * exact);
+}
+
+// q8_0: the f16 ffn_down's input rounded to f16 and the f16 attention (neither alone moves the
+// distance much). On AVX2, whose quantized dot products sum as llama.cpp's do (per block eight
+// int32 lanes, each scaled and added by one FMA), the logits equal llama.cpp's to the 4 decimals
+// the goldens keep, and every greedy id agrees (run_golden_quantized prints the counts).
+TEST(GgufGolden, Q8_0CloserInLlamaCppArithmetic) {
+  RKV_REQUIRE_SHARED(shared);
+  const double exact = run_golden_quantized(shared, "stories260K-q8_0.gguf");
+  const double llamacpp =
+      run_golden_quantized(shared, "stories260K-q8_0.gguf", kernels::MatmulPrecision::Rounded,
+                           kernels::AttentionPrecision::LlamaCpp);
+  std::printf(
+      "[gguf] q8_0 (%s kernels): max |logit - llama.cpp's| exact %.3g, llama.cpp "
+      "arithmetic %.3g\n",
+      std::string(kernels::isa_name(kernels::active_isa())).c_str(), exact, llamacpp);
+  EXPECT_LT(llamacpp, 0.5 * exact);
+  if (on_avx2()) {
+    EXPECT_LE(llamacpp, 2e-4) << "llama.cpp's own arithmetic on AVX2";
+  }
 }
 
 // ---- the command line ----------------------------------------------------------------------

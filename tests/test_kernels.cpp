@@ -18,6 +18,7 @@
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
+#include "kv/kv_codec.h"
 #include "test_util.h"
 
 namespace rkv {
@@ -478,6 +479,48 @@ TEST(MatmulPrecision, NamesParseAndUnknownNamesAreErrors) {
   EXPECT_EQ(kernels::parse_matmul_precision("llamacpp"), kernels::MatmulPrecision::Rounded);
   EXPECT_EQ(kernels::matmul_precision_name(kernels::MatmulPrecision::Rounded), "llamacpp");
   EXPECT_THROW(kernels::parse_matmul_precision("bf16"), Error);
+}
+
+// ---- llama.cpp's attention arithmetic (AttentionPrecision::LlamaCpp) --------------------------
+
+TEST(AttentionPrecision, NamesParseAndUnknownNamesAreErrors) {
+  EXPECT_EQ(kernels::parse_attention_precision("exact"), kernels::AttentionPrecision::Exact);
+  EXPECT_EQ(kernels::parse_attention_precision("llamacpp"), kernels::AttentionPrecision::LlamaCpp);
+  EXPECT_EQ(kernels::attention_precision_name(kernels::AttentionPrecision::LlamaCpp), "llamacpp");
+  EXPECT_THROW(kernels::parse_attention_precision("f16"), Error);
+}
+
+// Hand-worked. q = 0, so every score is 0 and the softmax is uniform (probs 1/3). The values
+// 2048, 1, 1 summed in float32 give 2050 / 3; in llama.cpp's f16 accumulator 2048 + 1 = 2049 lies
+// halfway between the f16 neighbours 2048 and 2050 and rounds to the even 2048, twice, so the
+// output is 2048 / 3. A second head with q = 1/3 (not an f16 value: rounded to 0.333251953125)
+// and keys 3, 0, 0 (scale 1): the first score is 3 * 0.333251953125 = 0.999755859375, not 1.
+TEST(AttentionPrecision, LlamaCppKeepsTheValueSumInF16) {
+  for (KvDtype dtype : {KvDtype::f32, KvDtype::bf16, KvDtype::f16}) {
+    SCOPED_TRACE(std::string(kv_dtype_name(dtype)));
+    const int n = 3, d = 1;
+    const std::vector<float> keys_f{3.0f, 0.0f, 0.0f}, values_f{2048.0f, 1.0f, 1.0f};
+    std::vector<std::byte> keys(kv_row_bytes(dtype, d) * n), values(kv_row_bytes(dtype, d) * n);
+    for (int i = 0; i < n; ++i) {
+      kv_encode_row(dtype, &keys_f[i], d, keys.data() + kv_row_bytes(dtype, d) * i);
+      kv_encode_row(dtype, &values_f[i], d, values.data() + kv_row_bytes(dtype, d) * i);
+    }
+    const float q[2] = {0.0f, 1.0f / 3.0f};
+    float out[2], probs[6];
+    kernels::attention_fn(dtype, kernels::AttentionPrecision::LlamaCpp)(
+        q, 2, d, keys.data(), values.data(), n, 1.0f, out, probs);
+    EXPECT_EQ(out[0], 2048.0f * (1.0f / 3.0f));
+    for (int i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(probs[i], 1.0f / 3.0f);
+    const double s0 = 3.0 * 0.333251953125;  // exact in float
+    const double e = std::exp(-s0), S = 1.0 + 2.0 * e;
+    EXPECT_NEAR(probs[3], 1.0 / S, 1e-6);
+    EXPECT_NEAR(probs[4], e / S, 1e-6);
+    // f16(2048 * 1 + 1 * e) = 2048 (e < 1 is below half the unit 2), then the same again.
+    EXPECT_NEAR(out[1], 2048.0 / S, 2e-3);
+    // The exact kernel sums in float32: 2048 + 2e over S.
+    kernels::attention_fn(dtype)(q, 2, d, keys.data(), values.data(), n, 1.0f, out, probs);
+    EXPECT_FLOAT_EQ(out[0], 2050.0f / 3.0f);
+  }
 }
 
 // Hand-worked roundings to nearest even: bf16 keeps 7 fraction bits (a unit in the last place of

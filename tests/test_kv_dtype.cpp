@@ -641,5 +641,28 @@ TEST(MatmulPrecisionCli, FlagOnEveryCommandAndClearErrors) {
   EXPECT_NE(out.find("--matmul-precision"), std::string::npos) << out;
 }
 
+// --attention-precision likewise: on every command that runs the model, changes the logits of a
+// checkpoint (its values are not f16 numbers), and a bad value is refused.
+TEST(AttentionPrecisionCli, FlagOnEveryCommandAndClearErrors) {
+  std::string out;
+  for (const char* cmd : {"generate", "eval", "bench", "bench-decode", "serve", "logits"}) {
+    ASSERT_EQ(run_command(test::rkv_binary() + " " + cmd + " --help 2>&1", out), 0) << cmd;
+    EXPECT_NE(out.find("--attention-precision"), std::string::npos) << cmd;
+  }
+  const std::string base =
+      test::rkv_binary() + " logits --ids 1,2,3 -m " + test::self_made_model().string() + " ";
+  std::string exact, llamacpp;
+  ASSERT_EQ(run_command(base + "2>&1", exact), 0) << exact;
+  ASSERT_EQ(run_command(base + "--attention-precision exact 2>&1", out), 0) << out;
+  EXPECT_EQ(out, exact);
+  ASSERT_EQ(run_command(base + "--attention-precision llamacpp 2>&1", llamacpp), 0) << llamacpp;
+  const auto a = nlohmann::json::parse(exact)["logits"][0].get<std::vector<float>>();
+  const auto b = nlohmann::json::parse(llamacpp)["logits"][0].get<std::vector<float>>();
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_NE(a, b);
+  EXPECT_NE(run_command(base + "--attention-precision f16 2>&1", out), 0);
+  EXPECT_NE(out.find("--attention-precision"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace rkv

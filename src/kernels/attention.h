@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string_view>
 
 #include "kernels/kernels.h"
 #include "rkv/kv_dtype.h"
@@ -19,8 +21,21 @@ namespace rkv::kernels {
 using AttentionFn = void (*)(const float* q, int G, int d, const void* keys, const void* values,
                              int n, float scale, float* out, float* probs);
 
+// The arithmetic of the attention (`--attention-precision`):
+//  * Exact (the default): as documented above, float32 throughout.
+//  * LlamaCpp: llama.cpp's CPU flash attention (attention_llamacpp.cpp): q, keys and values
+//    rounded to f16, the weighted sum of the values kept in f16 and rounded after every key.
+//    Its logits agree with llama.cpp's goldens more closely; portable scalar code, slow.
+enum class AttentionPrecision : std::uint8_t { Exact, LlamaCpp };
+std::string_view attention_precision_name(AttentionPrecision p);
+// Parses "exact" or "llamacpp"; throws rkv::Error naming the valid values.
+AttentionPrecision parse_attention_precision(std::string_view name);
+
 // The implementation for the active instruction set (see kernels.h) and a cache dtype.
 AttentionFn attention_fn(KvDtype dtype = KvDtype::f32);
+// The same in a given precision (LlamaCpp: the portable kernel of attention_llamacpp.cpp).
+AttentionFn attention_fn(KvDtype dtype, AttentionPrecision precision);
+AttentionFn attention_llamacpp_for(KvDtype dtype);
 
 // The implementation for one instruction set (callers check kernels::isa_supported first).
 AttentionFn attention_for(Isa isa, KvDtype dtype = KvDtype::f32);

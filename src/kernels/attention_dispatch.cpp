@@ -1,3 +1,6 @@
+#include <string>
+
+#include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 
@@ -35,6 +38,22 @@ AttentionFn attention_fn(KvDtype dtype) {
       attention_for(active_isa(), KvDtype::f32), attention_for(active_isa(), KvDtype::bf16),
       attention_for(active_isa(), KvDtype::f16), attention_for(active_isa(), KvDtype::q8_0)};
   return fns[static_cast<int>(dtype)];
+}
+
+AttentionFn attention_fn(KvDtype dtype, AttentionPrecision precision) {
+  return precision == AttentionPrecision::LlamaCpp ? attention_llamacpp_for(dtype)
+                                                   : attention_fn(dtype);
+}
+
+std::string_view attention_precision_name(AttentionPrecision p) {
+  return p == AttentionPrecision::Exact ? "exact" : "llamacpp";
+}
+
+AttentionPrecision parse_attention_precision(std::string_view name) {
+  if (name == "exact") return AttentionPrecision::Exact;
+  if (name == "llamacpp") return AttentionPrecision::LlamaCpp;
+  throw Error("unknown attention precision '" + std::string(name) +
+              "': expected exact or llamacpp");
 }
 
 KvDecodeFn kv_decode_for(Isa isa) {

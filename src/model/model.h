@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
 #include "model/config.h"
@@ -93,6 +94,13 @@ class Model {
   // before the first forward pass, not during one.
   void set_matmul_precision(kernels::MatmulPrecision precision);
   kernels::MatmulPrecision matmul_precision() const { return lm_head_.precision; }
+  // The attention's arithmetic (kernels::AttentionPrecision): Exact after load; LlamaCpp is
+  // llama.cpp's f16 flash attention (`--attention-precision llamacpp`). Set it before the first
+  // forward pass, not during one.
+  void set_attention_precision(kernels::AttentionPrecision precision) {
+    attention_precision_ = precision;
+  }
+  kernels::AttentionPrecision attention_precision() const { return attention_precision_; }
 
   // The KV cache dtype used when none is given: bf16 for a checkpoint whose attention weights
   // are bf16 or f16, f32 for an f32 one (whose results it leaves exactly as they were).
@@ -121,6 +129,7 @@ class Model {
   // its converter stores it); empty when the file has none.
   std::vector<float> rope_freq_divisors_;
   std::size_t weight_bytes_ = 0;
+  kernels::AttentionPrecision attention_precision_ = kernels::AttentionPrecision::Exact;
 };
 
 }  // namespace rkv

@@ -158,7 +158,7 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
       probs.resize(static_cast<std::size_t>(G) * static_cast<std::size_t>(n));
       // Each cache stores its own dtype; the kernel reads it directly.
       const KvCache& cache = *rows[r].cache;
-      kernels::attention_fn(cache.dtype())(
+      kernels::attention_fn(cache.dtype(), attention_precision_)(
           s.q.data() + r * QD + static_cast<std::size_t>(h) * G * D, G, D, cache.keys(l, h).data,
           cache.values(l, h).data, n, scale,
           s.attn.data() + r * QD + static_cast<std::size_t>(h) * G * D, probs.data());

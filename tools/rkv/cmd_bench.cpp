@@ -26,6 +26,7 @@ namespace {
 struct Args {
   std::string model;
   std::string matmul_precision;
+  std::string attention_precision;
   int prompt_len = 128;
   std::string gen_lens = "2048";
   std::string methods = "fullkv,rkv";
@@ -59,7 +60,7 @@ void run(const Args& a) {
     if (b == "max" && cap == 0)
       throw Error("--batch max needs a memory cap: give --kv-memory (e.g. 2GiB)");
 
-  auto model = load_model(a.model, a.matmul_precision);
+  auto model = load_model(a.model, a.matmul_precision, a.attention_precision);
   const ModelConfig& c = model->config();
   ThreadPool pool(a.threads);
   const KvDtype kv_dtype = a.kv->kv_dtype().value_or(model->default_kv_dtype());
@@ -120,6 +121,7 @@ void run(const Args& a) {
                        {"kv", kv_settings},
                        {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
                        {"matmul_precision", a.matmul_precision},
+                       {"attention_precision", a.attention_precision},
                        {"kv_dtype", std::string(kv_dtype_name(kv_dtype))}};
   auto journaled = [&](const json& key) -> const json* {
     for (const json& r : previous)
@@ -289,6 +291,7 @@ void run(const Args& a) {
                           {"threads", a.threads},
                           {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
                           {"matmul_precision", a.matmul_precision},
+                          {"attention_precision", a.attention_precision},
                           {"kv_memory_bytes", cap},
                           {"kv_dtype", std::string(kv_dtype_name(kv_dtype))},
                           {"kv_bytes_per_token",
@@ -330,7 +333,7 @@ void setup(CLI::App& app) {
   add_flag_option(
       app, "--latency-plot", a->latency_plot,
       "Write the per-token decode latency of one sequence per method, against position, as SVG");
-  add_matmul_precision_option(app, a->matmul_precision);
+  add_precision_options(app, a->matmul_precision, a->attention_precision);
   add_threads_option(app, a->threads);
   add_kv_options(app, a->kv);
   app.callback([a] { run(*a); });

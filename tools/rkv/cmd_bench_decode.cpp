@@ -26,6 +26,7 @@ namespace {
 struct Args {
   std::string model;
   std::string matmul_precision;
+  std::string attention_precision;
   std::string depths = "0,1024,4096";
   int n_prompt = 512;
   int n_gen = 64;
@@ -59,7 +60,7 @@ void setup(CLI::App& app) {
   app.add_flag("--no-limits", args->no_limits,
                "Skip measuring the machine's limits (streaming-read bandwidth and compute peak "
                "with the same threads, about 3 s) and the columns that compare with them");
-  add_matmul_precision_option(app, args->matmul_precision);
+  add_precision_options(app, args->matmul_precision, args->attention_precision);
   add_threads_option(app, args->threads);
   add_kv_options(app, args->kv);
   app.callback([args] {
@@ -68,7 +69,7 @@ void setup(CLI::App& app) {
     const std::vector<int> depths = parse_int_list(args->depths, "--depths");
     for (int d : depths)
       if (d < 0) throw Error("--depths: depths must be >= 0");
-    auto model = load_model(args->model, args->matmul_precision);
+    auto model = load_model(args->model, args->matmul_precision, args->attention_precision);
     const ModelConfig& c = model->config();
     const KvDtype kv_dtype = kv_dtype_flag.value_or(model->default_kv_dtype());
     const KvTokenBytes per_token = KvCache::token_bytes_for(model->cache_shape(1, 0, kv_dtype));
@@ -209,6 +210,7 @@ void setup(CLI::App& app) {
                             {"threads", args->threads},
                             {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
                             {"matmul_precision", args->matmul_precision},
+                            {"attention_precision", args->attention_precision},
                             {"results", results}};
       if (limits)
         out["machine_limits"] = {{"read_gb_per_s", limits->read_gb_per_s},

@@ -27,6 +27,7 @@ struct Args {
                                 reasoning_format = "parsed";
   int port = 8080;
   std::string matmul_precision;
+  std::string attention_precision;
   int parallel = 0;
   int queue_limit = 64;
   int http_threads = 128;
@@ -110,7 +111,7 @@ void run(const Args& a) {
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Engine> engine;
   try {
-    model = load_model(a.model, a.matmul_precision);
+    model = load_model(a.model, a.matmul_precision, a.attention_precision);
     tokenizer =
         std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
     defaults.steering = g.steering->load(*model);
@@ -191,7 +192,7 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--reasoning-format", a->reasoning_format,
                   "parsed: the chain of thought in message.reasoning_content; none: inline in "
                   "the content (a request's 'reasoning_format' overrides)");
-  add_matmul_precision_option(app, a->matmul_precision);
+  add_precision_options(app, a->matmul_precision, a->attention_precision);
   add_threads_option(app, a->threads);
   a->gen->n_predict = 2048;
   add_generate_options(app, a->gen,

@@ -72,19 +72,28 @@ void add_model_options(CLI::App& app, std::string& model, std::string& tokenizer
                   "Tokenizer directory or .gguf file (default: the model)");
 }
 
-void add_matmul_precision_option(CLI::App& app, std::string& precision) {
-  precision = "exact";
-  add_flag_option(app, "--matmul-precision", precision,
+void add_precision_options(CLI::App& app, std::string& matmul, std::string& attention) {
+  matmul = "exact";
+  attention = "exact";
+  add_flag_option(app, "--matmul-precision", matmul,
                   "How activations meet bf16/f16 weights in the matrix products: exact (as "
                   "float32, within the golden checkpoints' f32 tolerance) or llamacpp (rounded "
                   "to the weights' 16-bit type first, as llama.cpp's CPU backend does; logits move "
                   "by up to a few 1e-2, docs/USAGE.md). f32 and quantized weights are unaffected")
       ->check(CLI::IsMember({"exact", "llamacpp"}));
+  add_flag_option(app, "--attention-precision", attention,
+                  "The attention's arithmetic: exact (float32) or llamacpp (llama.cpp's CPU flash "
+                  "attention: queries, keys and values rounded to f16 and the weighted sum of the "
+                  "values kept in f16; for comparing with llama.cpp, portable and slow, "
+                  "docs/USAGE.md)")
+      ->check(CLI::IsMember({"exact", "llamacpp"}));
 }
 
-std::unique_ptr<Model> load_model(const std::string& path, const std::string& precision) {
+std::unique_ptr<Model> load_model(const std::string& path, const std::string& matmul_precision,
+                                  const std::string& attention_precision) {
   auto model = Model::load(path);
-  model->set_matmul_precision(kernels::parse_matmul_precision(precision));
+  model->set_matmul_precision(kernels::parse_matmul_precision(matmul_precision));
+  model->set_attention_precision(kernels::parse_attention_precision(attention_precision));
   return model;
 }
 

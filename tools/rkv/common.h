@@ -39,12 +39,14 @@ void add_threads_option(CLI::App& app, int& threads);
 // -m/--model (required) and --tokenizer (default: the model directory).
 void add_model_options(CLI::App& app, std::string& model, std::string& tokenizer);
 
-// --matmul-precision exact|llamacpp (RKV_ARG_MATMUL_PRECISION; kernels::MatmulPrecision) into
-// `precision`, which starts as "exact".
-void add_matmul_precision_option(CLI::App& app, std::string& precision);
+// --matmul-precision exact|llamacpp (RKV_ARG_MATMUL_PRECISION; kernels::MatmulPrecision) and
+// --attention-precision exact|llamacpp (RKV_ARG_ATTENTION_PRECISION; kernels::AttentionPrecision)
+// into `matmul` and `attention`, which start as "exact".
+void add_precision_options(CLI::App& app, std::string& matmul, std::string& attention);
 
-// Model::load(path) with a --matmul-precision value applied.
-std::unique_ptr<Model> load_model(const std::string& path, const std::string& precision);
+// Model::load(path) with --matmul-precision and --attention-precision values applied.
+std::unique_ptr<Model> load_model(const std::string& path, const std::string& matmul_precision,
+                                  const std::string& attention_precision);
 
 // Human-readable byte count: "12.5 MiB".
 std::string format_bytes(double bytes);
