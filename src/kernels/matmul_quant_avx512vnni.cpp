@@ -124,6 +124,7 @@ struct XPair {
   __m512 dx[TT];
   void load(const quant::ActivationBlocks& x, std::size_t K, std::size_t nb, std::size_t t0,
             std::size_t b, bool two) {
+#pragma GCC unroll 4
     for (int t = 0; t < TT; ++t) {
       const std::size_t row = t0 + static_cast<std::size_t>(t);
       v[t] = load_x(x.q + row * K + b * 32, two);
@@ -139,6 +140,7 @@ struct XPair {
 // acc += (the pair's exact per-lane integer sums) * (per-lane weight scale wf x activation scale).
 template <DType D, int TT>
 inline void accumulate(__m512i u, __m512 wf, const XPair<D, TT>& xp, __m512 (&acc)[TT]) {
+#pragma GCC unroll 4
   for (int t = 0; t < TT; ++t) {
     __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, xp.v[t]);
     if constexpr (kOffset<D> != 0) p = _mm512_sub_epi32(p, xp.off[t]);
@@ -153,20 +155,26 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
   const std::size_t nb = K / 32;
   const std::size_t pf = kPrefetchRows * rb;  // the same place in the next tile's rows
   __m512 acc[R][TT];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
     for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps();
   for (std::size_t b = 0; b < nb; b += 2) {
     const bool two = b + 1 < nb;
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) prefetch_ahead(w + r * rb + b * dtype_size(D), pf);
     XPair<D, TT> xp;
     xp.load(x, K, nb, t0, b, two);
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       float f0, f1;
       const __m512i u = decode_pair<D>(w + r * rb, b, two, f0, f1);
       accumulate<D, TT>(u, halves(f0, f1), xp, acc[r]);
     }
   }
+#pragma GCC unroll 4
   for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]);
 }
 
@@ -182,7 +190,9 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
   const std::size_t nb = K / 32, nsb = K / 256;
   __m512 acc[R][TT];
   __m256 macc[R][TT];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
     for (int t = 0; t < TT; ++t) {
       acc[r][t] = _mm512_setzero_ps();
       macc[r][t] = _mm256_setzero_ps();
@@ -192,6 +202,7 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
   for (std::size_t sb = 0; sb < nsb; ++sb) {
     alignas(32) float f[R][8];  // Q4_K: d * sc[j]
     __m512 s16[R];              // Q6_K: d * scales[0..15]
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const std::uint8_t* blk = w + r * rb + sb * kBytes;
       for (std::size_t off = 0; off < kBytes; off += 64) prefetch_ahead(blk + off, pf);
@@ -215,6 +226,7 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
         const __m256 mv = _mm256_mul_ps(_mm256_set1_ps(h2f(blk + 2)),
                                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
                                             _mm_cvtsi64_si128(static_cast<long long>(m8)))));
+#pragma GCC unroll 4
         for (int t = 0; t < TT; ++t) {
           const __m256 dv = _mm256_loadu_ps(xd + t * nb + sb * 8);
           const __m256 sum = _mm256_cvtepi32_ps(
@@ -232,6 +244,7 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
       const std::size_t b = sb * 8 + 2 * static_cast<std::size_t>(p);
       XPair<D, TT> xp;
       xp.load(x, K, nb, t0, b, true);
+#pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const std::uint8_t* blk = w + r * rb + sb * kBytes;
         __m512i u;
@@ -269,7 +282,9 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
       }
     }
   }
+#pragma GCC unroll 4
   for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       float m = 0.0f;
       if constexpr (D == DType::Q4_K) {
