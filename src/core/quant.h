@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "core/dtype.h"
 
@@ -37,6 +38,22 @@ struct Block32 {
   float f;
   float min;
 };
+
+// Q4_K's eight 6-bit scales and mins from a super-block's 12 scale bytes (the layout above),
+// four bytes at a time: sc[j] in byte j of `sc`, m[j] in byte j of `m`. sc[0..3] and m[0..3] are
+// the low 6 bits of bytes 0-3 and 4-7; sc[4..7] and m[4..7] the low and high nibbles of bytes
+// 8-11 with bits 6-7 of bytes 0-3 and 4-7 above them.
+inline void q4_k_scales_mins(const std::uint8_t* scales, std::uint64_t& sc, std::uint64_t& m) {
+  std::uint32_t w0, w1, w2;
+  std::memcpy(&w0, scales, 4);
+  std::memcpy(&w1, scales + 4, 4);
+  std::memcpy(&w2, scales + 8, 4);
+  sc = (w0 & 0x3f3f3f3fu) |
+       static_cast<std::uint64_t>((w2 & 0x0f0f0f0fu) | (((w0 >> 6) & 0x03030303u) << 4)) << 32;
+  m = (w1 & 0x3f3f3f3fu) |
+      static_cast<std::uint64_t>(((w2 >> 4) & 0x0f0f0f0fu) | (((w1 >> 6) & 0x03030303u) << 4))
+          << 32;
+}
 
 // Decodes 32-element block b of a row of quantized type t (b counts 32-element blocks from the
 // start of the row; for Q4_K/Q6_K, sub-block b % 8 of super-block b / 8).

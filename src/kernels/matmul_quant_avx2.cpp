@@ -227,20 +227,9 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
       const std::uint8_t* blk = w + r * rb + sb * kBytes;
       for (std::size_t off = 0; off < kBytes; off += 64) prefetch_ahead(blk + off, pf);
       if constexpr (D == DType::Q4_K) {
-        // The eight 6-bit scales and mins, four bytes at a time (quant.h's layout): sc[0..3] and
-        // m[0..3] are the low 6 bits of bytes 0-3 and 4-7; sc[4..7] and m[4..7] the low and high
-        // nibbles of bytes 8-11 with bits 6-7 of bytes 0-3 and 4-7 above them.
-        std::uint32_t w0, w1, w2;
-        std::memcpy(&w0, blk + 4, 4);
-        std::memcpy(&w1, blk + 8, 4);
-        std::memcpy(&w2, blk + 12, 4);
-        const std::uint64_t sc8 =
-            (w0 & 0x3f3f3f3fu) |
-            static_cast<std::uint64_t>((w2 & 0x0f0f0f0fu) | (((w0 >> 6) & 0x03030303u) << 4)) << 32;
-        const std::uint64_t m8 =
-            (w1 & 0x3f3f3f3fu) |
-            static_cast<std::uint64_t>(((w2 >> 4) & 0x0f0f0f0fu) | (((w1 >> 6) & 0x03030303u) << 4))
-                << 32;
+        // The eight 6-bit scales and mins, four bytes at a time.
+        std::uint64_t sc8, m8;
+        quant::q4_k_scales_mins(blk + 4, sc8, m8);
         const __m256 fv = _mm256_mul_ps(_mm256_set1_ps(h2f(blk)),
                                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
                                             _mm_cvtsi64_si128(static_cast<long long>(sc8)))));
