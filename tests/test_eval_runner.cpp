@@ -138,6 +138,21 @@ TEST(EvalRunner, RefusesToResumeUnderOtherSettings) {
   RunnerOptions longer = o;
   longer.max_new_tokens = 32;
   refused(longer, "max_new_tokens");
+  EXPECT_EQ(settings["attention_precision"], "exact");
+  model->set_attention_precision(kernels::AttentionPrecision::LlamaCpp);
+  refused(o, "attention_precision");
+  model->set_attention_precision(kernels::AttentionPrecision::Exact);
+  // A run.json from before these two settings were recorded resumes under their default, exact.
+  {
+    auto older = test::read_json(o.out_dir / "run.json");
+    older.erase("matmul_precision");
+    older.erase("attention_precision");
+    std::ofstream(o.out_dir / "run.json") << older.dump();
+    EXPECT_EQ(run_eval(*model, tokenizer, dataset, o, pool).generated_now, 0u);
+    model->set_matmul_precision(kernels::MatmulPrecision::Rounded);
+    refused(o, "matmul_precision");
+    model->set_matmul_precision(kernels::MatmulPrecision::Exact);
+  }
 
   // The same settings, spelled out (rkv's default window given explicitly), with a method and
   // a budget added: the two samples resume and only the new ones are generated.

@@ -59,7 +59,8 @@ std::uint64_t sample_seed(std::uint64_t seed, std::size_t example, int sample) {
 }
 
 // The settings every sample of a run depends on, kept as run.json beside samples.jsonl: the
-// model (its fingerprint), the dataset, the prompt, the sampling, the cache dtype, steering and
+// model (its fingerprint), the dataset, the prompt, the sampling, the cache dtype, the matmul and
+// attention precision (--matmul-precision, --attention-precision), steering and
 // each compressed method's resolved settings (budget aside). A run resumes a directory only with
 // the same ones; methods, budgets and samples may be added from one run to the next, but samples
 // made under other settings would otherwise be mixed into one summary row without a word.
@@ -78,18 +79,22 @@ json run_settings(const Model& model, const Dataset& dataset, const RunnerOption
                 {"a0", o.steering.a0},
                 {"gamma", o.steering.gamma}};
   }
-  return {{"model", model_fingerprint(model.dir(), model.config())},
-          {"dataset", dataset.name},
-          {"prompt_template", o.prompt_template},
-          {"chat_template", o.chat_template},
-          {"max_new_tokens", max_new},
-          {"temperature", o.temperature},
-          {"top_p", o.top_p},
-          {"top_k", o.top_k},
-          {"seed", o.seed},
-          {"kv_dtype", std::string(kv_dtype_name(o.kv_dtype.value_or(model.default_kv_dtype())))},
-          {"steering", steering},
-          {"kv", kv}};
+  return {
+      {"model", model_fingerprint(model.dir(), model.config())},
+      {"dataset", dataset.name},
+      {"prompt_template", o.prompt_template},
+      {"chat_template", o.chat_template},
+      {"max_new_tokens", max_new},
+      {"temperature", o.temperature},
+      {"top_p", o.top_p},
+      {"top_k", o.top_k},
+      {"seed", o.seed},
+      {"kv_dtype", std::string(kv_dtype_name(o.kv_dtype.value_or(model.default_kv_dtype())))},
+      {"matmul_precision", std::string(kernels::matmul_precision_name(model.matmul_precision()))},
+      {"attention_precision",
+       std::string(kernels::attention_precision_name(model.attention_precision()))},
+      {"steering", steering},
+      {"kv", kv}};
 }
 
 // Checks `now` against the settings recorded in `path` (absent: a new run, or one from before
@@ -108,9 +113,12 @@ void check_and_record_settings(const std::filesystem::path& path, json now, bool
     auto differ = [&](const std::string& what, const json& a, const json& b) {
       if (a != b) diffs.push_back(what + ": " + a.dump() + " there, " + b.dump() + " now");
     };
+    // Settings recorded since a later rkv, with the value every run before them used.
+    const json added_later = {{"matmul_precision", "exact"}, {"attention_precision", "exact"}};
     for (const auto& [key, value] : now.items()) {
       if (key == "kv") continue;
-      differ(key, before.value(key, json(nullptr)), value);
+      differ(key, before.contains(key) ? before[key] : added_later.value(key, json(nullptr)),
+             value);
     }
     json kv = before.value("kv", json::object());
     for (const auto& [method, params] : now["kv"].items()) {
