@@ -26,6 +26,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/prefetch.h"
+#include "kernels/quant_rows.h"
 
 namespace rkv::kernels {
 
@@ -34,7 +35,6 @@ QuantizeActivationsFn quantize_activations_avx2_fn();
 
 namespace {
 
-constexpr std::size_t kTChunk = 64;  // rows of x per pass over the weights (prefill)
 // Software prefetch distance in weight rows: each row's bytes are prefetched one 4-row tile
 // ahead, as matmul_avx2.cpp's GEMV prefetches its next block (decode streams the weights from
 // memory). rkv_bench QuantMatmul T1, 1 thread, against 512 bytes ahead: 1.2x (Q8_0, Q4_0) to
@@ -294,73 +294,18 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
     for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]) - hsum(macc[r][t]);
 }
 
-template <DType D, int R, int TT>
-void any_tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x,
-              std::size_t K, std::size_t t0, float* y, std::size_t ldy) {
-  if constexpr (D == DType::Q4_K || D == DType::Q6_K)
-    tile_k<D, R, TT>(w, rb, x, K, t0, y, ldy);
-  else
-    tile<D, R, TT>(w, rb, x, K, t0, y, ldy);
-}
-
-template <DType D, int R>
-void tile_rows(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x,
-               std::size_t K, std::size_t t0, std::size_t tn, float* y, std::size_t ldy) {
-  std::size_t t = t0;
-  for (; t + 4 <= tn; t += 4) any_tile<D, R, 4>(w, rb, x, K, t, y + t * ldy, ldy);
-  switch (tn - t) {
-    case 3:
-      any_tile<D, R, 3>(w, rb, x, K, t, y + t * ldy, ldy);
-      break;
-    case 2:
-      any_tile<D, R, 2>(w, rb, x, K, t, y + t * ldy, ldy);
-      break;
-    case 1:
-      any_tile<D, R, 1>(w, rb, x, K, t, y + t * ldy, ldy);
-      break;
-    default:
-      break;
-  }
-}
-
+// This ISA's tile for quant_rows.h.
 template <DType D>
-void rows(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w, std::size_t n0,
-          std::size_t n1, float* y, std::size_t ldy) {
-  const std::size_t K = w.cols;
-  const std::size_t rb = dtype_row_bytes(D, K);
-  const auto* base = static_cast<const std::uint8_t*>(w.data);
-  constexpr int kR = 4;
-  for (std::size_t tc = 0; tc < T; tc += kTChunk) {
-    const std::size_t tn = tc + kTChunk < T ? tc + kTChunk : T;
-    std::size_t n = n0;
-    for (; n + kR <= n1; n += kR) tile_rows<D, kR>(base + n * rb, rb, x, K, tc, tn, y + n, ldy);
-    for (; n < n1; ++n) tile_rows<D, 1>(base + n * rb, rb, x, K, tc, tn, y + n, ldy);
+struct Tile {
+  template <int R, int TT>
+  static void run(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x,
+                  std::size_t K, std::size_t t0, float* y, std::size_t ldy) {
+    if constexpr (D == DType::Q4_K || D == DType::Q6_K)
+      tile_k<D, R, TT>(w, rb, x, K, t0, y, ldy);
+    else
+      tile<D, R, TT>(w, rb, x, K, t0, y, ldy);
   }
-}
-
-void quantized_rows_avx2(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w,
-                         std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
-  if (T == 0 || n0 >= n1) return;
-  switch (w.dtype) {
-    case DType::Q8_0:
-      rows<DType::Q8_0>(x, T, w, n0, n1, y, ldy);
-      break;
-    case DType::Q4_0:
-      rows<DType::Q4_0>(x, T, w, n0, n1, y, ldy);
-      break;
-    case DType::Q5_0:
-      rows<DType::Q5_0>(x, T, w, n0, n1, y, ldy);
-      break;
-    case DType::Q4_K:
-      rows<DType::Q4_K>(x, T, w, n0, n1, y, ldy);
-      break;
-    case DType::Q6_K:
-      rows<DType::Q6_K>(x, T, w, n0, n1, y, ldy);
-      break;
-    default:  // float types never come here (matmul_rows_* handle them)
-      break;
-  }
-}
+};
 
 // quant::quantize_activations, eight lanes at a time, with the same float operations (max|x|,
 // d = amax / 127, 1 / d, x * (1 / d) rounded half away from zero, d rounded to f16 to nearest
@@ -420,7 +365,7 @@ void quantize_activations_avx2(const float* x, std::size_t T, std::size_t K, std
 }  // namespace
 
 QuantizedRowsFn quantized_rows_avx2_fn() {
-  return &quantized_rows_avx2;
+  return &quantized_rows<Tile, false>;
 }
 
 QuantizeActivationsFn quantize_activations_avx2_fn() {
