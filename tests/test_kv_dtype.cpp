@@ -617,51 +617,48 @@ TEST(KvDtypeCli, FlagOnEveryCommandAndClearErrors) {
   EXPECT_NE(out.find("--kv-dtype"), std::string::npos) << out;
 }
 
-// --matmul-precision on every command that runs the model; `logits` in llamacpp precision on a
-// bf16 checkpoint differs from exact (the rounding reaches the output); a bad value is refused.
-TEST(MatmulPrecisionCli, FlagOnEveryCommandAndClearErrors) {
+// A precision flag (--matmul-precision, --attention-precision) is on every command that runs the
+// model.
+void expect_flag_on_every_model_command(const std::string& flag) {
   std::string out;
   for (const char* cmd : {"generate", "eval", "bench", "bench-decode", "serve", "logits"}) {
     ASSERT_EQ(run_command(test::rkv_binary() + " " + cmd + " --help 2>&1", out), 0) << cmd;
-    EXPECT_NE(out.find("--matmul-precision"), std::string::npos) << cmd;
+    EXPECT_NE(out.find(flag), std::string::npos) << cmd;
   }
-  RKV_REQUIRE_SHARED(shared);
-  const std::string base = test::rkv_binary() + " logits --ids 1,2,3 -m " +
-                           (shared / "golden/models/qwen2_tied_bf16").string() + " ";
-  std::string exact, rounded;
+}
+
+// `logits` on `model`: the flag's default equals `exact`, `llamacpp` changes the logits, and the
+// value `bad` is refused with an error naming the flag.
+void expect_llamacpp_changes_logits(const std::string& flag, const std::string& model,
+                                    const std::string& bad) {
+  const std::string base = test::rkv_binary() + " logits --ids 1,2,3 -m " + model + " ";
+  std::string out, exact, llamacpp;
   ASSERT_EQ(run_command(base + "2>&1", exact), 0) << exact;
-  ASSERT_EQ(run_command(base + "--matmul-precision exact 2>&1", out), 0) << out;
+  ASSERT_EQ(run_command(base + flag + " exact 2>&1", out), 0) << out;
   EXPECT_EQ(out, exact);
-  ASSERT_EQ(run_command(base + "--matmul-precision llamacpp 2>&1", rounded), 0) << rounded;
+  ASSERT_EQ(run_command(base + flag + " llamacpp 2>&1", llamacpp), 0) << llamacpp;
   const auto a = nlohmann::json::parse(exact)["logits"][0].get<std::vector<float>>();
-  const auto b = nlohmann::json::parse(rounded)["logits"][0].get<std::vector<float>>();
+  const auto b = nlohmann::json::parse(llamacpp)["logits"][0].get<std::vector<float>>();
   ASSERT_EQ(a.size(), b.size());
   EXPECT_NE(a, b);
-  EXPECT_NE(run_command(base + "--matmul-precision fast 2>&1", out), 0);
-  EXPECT_NE(out.find("--matmul-precision"), std::string::npos) << out;
+  EXPECT_NE(run_command(base + flag + " " + bad + " 2>&1", out), 0);
+  EXPECT_NE(out.find(flag), std::string::npos) << out;
+}
+
+// --matmul-precision on every command that runs the model; `logits` in llamacpp precision on a
+// bf16 checkpoint differs from exact (the rounding reaches the output); a bad value is refused.
+TEST(MatmulPrecisionCli, FlagOnEveryCommandAndClearErrors) {
+  expect_flag_on_every_model_command("--matmul-precision");
+  RKV_REQUIRE_SHARED(shared);
+  expect_llamacpp_changes_logits("--matmul-precision",
+                                 (shared / "golden/models/qwen2_tied_bf16").string(), "fast");
 }
 
 // --attention-precision likewise: on every command that runs the model, changes the logits of a
 // checkpoint (its values are not f16 numbers), and a bad value is refused.
 TEST(AttentionPrecisionCli, FlagOnEveryCommandAndClearErrors) {
-  std::string out;
-  for (const char* cmd : {"generate", "eval", "bench", "bench-decode", "serve", "logits"}) {
-    ASSERT_EQ(run_command(test::rkv_binary() + " " + cmd + " --help 2>&1", out), 0) << cmd;
-    EXPECT_NE(out.find("--attention-precision"), std::string::npos) << cmd;
-  }
-  const std::string base =
-      test::rkv_binary() + " logits --ids 1,2,3 -m " + test::self_made_model().string() + " ";
-  std::string exact, llamacpp;
-  ASSERT_EQ(run_command(base + "2>&1", exact), 0) << exact;
-  ASSERT_EQ(run_command(base + "--attention-precision exact 2>&1", out), 0) << out;
-  EXPECT_EQ(out, exact);
-  ASSERT_EQ(run_command(base + "--attention-precision llamacpp 2>&1", llamacpp), 0) << llamacpp;
-  const auto a = nlohmann::json::parse(exact)["logits"][0].get<std::vector<float>>();
-  const auto b = nlohmann::json::parse(llamacpp)["logits"][0].get<std::vector<float>>();
-  ASSERT_EQ(a.size(), b.size());
-  EXPECT_NE(a, b);
-  EXPECT_NE(run_command(base + "--attention-precision f16 2>&1", out), 0);
-  EXPECT_NE(out.find("--attention-precision"), std::string::npos) << out;
+  expect_flag_on_every_model_command("--attention-precision");
+  expect_llamacpp_changes_logits("--attention-precision", test::self_made_model().string(), "f16");
 }
 
 }  // namespace
