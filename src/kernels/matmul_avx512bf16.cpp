@@ -174,41 +174,54 @@ void gemv_tile(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad, cons
   }
 }
 
-// One input row (batch-1 decode): the weight rows one after another, each read front to back,
-// 128 columns per step into four accumulators (and four more for lo), so that a thread's slice
-// of the matrix is one sequential stream for the hardware prefetcher. On the 2-core AMD EPYC with
-// AVX512-BF16 (2026-11-24, docs/PERFORMANCE.md) this moves the rows of 896 columns (q_proj,
-// gate/up, lm_head of the Qwen2.5-0.5B shape) at 32-40 GB/s where the 8-row tiles below moved
-// 22-26 (their eight interleaved short streams defeat the prefetcher), and the 4864-column
-// down_proj at about the same speed; two rows at a time (two streams) measured 21-26, 64 columns
-// per step 29-33, and a software prefetch 512-4096 bytes ahead added nothing.
+// Adds row r's products with the input (hi, and lo when kLo) for columns [k, k + 32) to a / b;
+// m masks the columns past the row's end.
+template <bool kLo>
+inline void dot32(const std::uint16_t* r, const std::uint16_t* xs, std::size_t kpad, std::size_t k,
+                  __mmask32 m, __m512& a, __m512& b) {
+  const __m512bh wv = as_bh(_mm512_maskz_loadu_epi16(m, r + k));
+  a = _mm512_dpbf16_ps(a, wv, as_bh(_mm512_loadu_si512(xs + k)));
+  if constexpr (kLo) b = _mm512_dpbf16_ps(b, wv, as_bh(_mm512_loadu_si512(xs + kpad + k)));
+}
+
+// One input row (batch-1 decode). A thread's rows [n0, n1) are read as two long sequential
+// streams, the first half and the second half, one row of each at a time, so that every input
+// load serves two weight rows and the hardware prefetcher runs two streams. Within a row the
+// accumulators are plain variables and the tail is masked, so nothing leaves the registers (the
+// earlier kernel, one row at a time, kept its accumulators on the stack for the tail, and GCC
+// loaded each weight vector twice). Measured on the 2-core AMD EPYC (Zen 4) with AVX512-BF16,
+// 2026-11-25, a decode step's weights (Qwen2.5-0.5B shape) in an alternating microbenchmark, -O3:
+// when the machine reads 44 GB/s this kernel moves 36-37 GB/s against 33-35 for the earlier one (in
+// the exact mode; 41-43 in the rounded one); when it reads 31-33 GB/s both sit at that bandwidth.
+// Three and four streams measured the same as two; in L2 it runs at 75 GB/s per core (the earlier:
+// 21).
 template <bool kLo>
 void gemv_rows_stream(const std::uint16_t* xs, std::size_t kpad, const std::uint16_t* w,
                       std::size_t K, std::size_t n0, std::size_t n1, float* y) {
-  for (std::size_t n = n0; n < n1; ++n) {
-    const std::uint16_t* wr = w + n * K;
-    __m512 a[4], b[4];
-    for (int i = 0; i < 4; ++i) a[i] = b[i] = _mm512_setzero_ps();
-    std::size_t k = 0;
-    for (; k + 128 <= K; k += 128) {
-      __m512bh wv[4];
-      for (int i = 0; i < 4; ++i) wv[i] = as_bh(_mm512_loadu_si512(wr + k + 32 * i));
-      for (int i = 0; i < 4; ++i)
-        a[i] = _mm512_dpbf16_ps(a[i], wv[i], as_bh(_mm512_loadu_si512(xs + k + 32 * i)));
-      if constexpr (kLo)
-        for (int i = 0; i < 4; ++i)
-          b[i] = _mm512_dpbf16_ps(b[i], wv[i], as_bh(_mm512_loadu_si512(xs + kpad + k + 32 * i)));
+  const std::size_t half = (n1 - n0) / 2;
+  const std::size_t kfull = K / 32 * 32;
+  const __mmask32 all = 0xffffffffu, tail = tail_mask32(K - kfull);
+  for (std::size_t i = 0; i < half; ++i) {
+    const std::uint16_t* r0 = w + (n0 + i) * K;
+    const std::uint16_t* r1 = r0 + half * K;
+    __m512 a0 = _mm512_setzero_ps(), b0 = a0, a1 = a0, b1 = a0;
+    for (std::size_t k = 0; k < kfull; k += 32) {
+      dot32<kLo>(r0, xs, kpad, k, all, a0, b0);
+      dot32<kLo>(r1, xs, kpad, k, all, a1, b1);
     }
-    for (int i = 0; k < K; k += 32, ++i) {
-      const __mmask32 m = tail_mask32(K - k);
-      const __m512bh wv = as_bh(_mm512_maskz_loadu_epi16(m, wr + k));
-      a[i] = _mm512_dpbf16_ps(a[i], wv, as_bh(_mm512_loadu_si512(xs + k)));
-      if constexpr (kLo)
-        b[i] = _mm512_dpbf16_ps(b[i], wv, as_bh(_mm512_loadu_si512(xs + kpad + k)));
+    if (kfull < K) {
+      dot32<kLo>(r0, xs, kpad, kfull, tail, a0, b0);
+      dot32<kLo>(r1, xs, kpad, kfull, tail, a1, b1);
     }
-    const __m512 s0 = _mm512_add_ps(_mm512_add_ps(a[0], b[0]), _mm512_add_ps(a[1], b[1]));
-    const __m512 s1 = _mm512_add_ps(_mm512_add_ps(a[2], b[2]), _mm512_add_ps(a[3], b[3]));
-    y[n] = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    y[n0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(a0, b0));
+    y[n0 + half + i] = _mm512_reduce_add_ps(_mm512_add_ps(a1, b1));
+  }
+  if (2 * half < n1 - n0) {  // an odd row count: the last row alone
+    const std::uint16_t* r = w + (n1 - 1) * K;
+    __m512 a = _mm512_setzero_ps(), b = a;
+    for (std::size_t k = 0; k < kfull; k += 32) dot32<kLo>(r, xs, kpad, k, all, a, b);
+    if (kfull < K) dot32<kLo>(r, xs, kpad, kfull, tail, a, b);
+    y[n1 - 1] = _mm512_reduce_add_ps(_mm512_add_ps(a, b));
   }
 }
 
