@@ -68,6 +68,35 @@ TEST(BenchCli, TableRowsAndBatchMax) {
   fs::remove_all(dir);
 }
 
+// `rkv bench-decode`: -n 0 measures prompt processing alone (as llama-bench's -n 0 does), -p 0
+// -n 0 is refused, and a count below its minimum gets a plain message naming the flag.
+TEST(BenchDecodeCli, PromptAloneAndPlainCountErrors) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("rkv-bench-decode-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  RandomCheckpointOptions options;
+  options.shape = "tiny";
+  write_random_checkpoint(dir / "model", options);
+  const std::string base =
+      test::rkv_binary() + " bench-decode -m " + (dir / "model").string() + " -t 1 --no-limits ";
+  const std::string json = (dir / "r.json").string();
+  ASSERT_EQ(
+      std::system((base + "-p 16 -n 0 --depths 0,8 --json " + json + " >/dev/null 2>&1").c_str()),
+      0);
+  const auto rows = test::read_json(json)["results"];
+  ASSERT_EQ(rows.size(), 1u) << rows.dump();
+  EXPECT_EQ(rows[0]["test"], "pp16");
+  std::string out;
+  EXPECT_EQ(test::run_command(base + "-p 0 -n 0 2>&1", out), 1);
+  EXPECT_NE(out.find("nothing to measure"), std::string::npos) << out;
+  for (const char* flag : {"-r 0", "-n -1", "-p -2", "-r x"}) {
+    EXPECT_NE(test::run_command(base + flag + " 2>&1", out), 0) << flag;
+    EXPECT_NE(out.find("must be an integer >= "), std::string::npos) << flag << ": " << out;
+    EXPECT_EQ(out.find("e+308"), std::string::npos) << out;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(SvgPlot, DrawsEverySeriesWithItsPoints) {
   const std::string svg = render_line_plot({{"a", {0, 1, 2}, {1, 2, 3}}, {"b <c>", {0, 2}, {3, 1}}},
                                            {"title", "x", "y", true, true});

@@ -13,17 +13,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Runs a command, returns its exit status and its stdout in `out`.
-int run(const std::string& cmd, std::string& out) {
-  out.clear();
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), pipe) != nullptr) out += buf.data();
-  const int status = ::pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 std::string join(const std::vector<int>& v) {
   std::string s;
   for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
@@ -38,7 +27,7 @@ TEST(GenerateCli, GreedyIdsMatchTheGolden) {
   const std::string cmd = test::rkv_binary() + " generate -m " + dir.string() + " --prompt-ids " +
                           join(golden["greedy_prompt_ids"].get<std::vector<int>>()) +
                           " --print-ids --temp 0 --ignore-eos -n 32 -t 2 2>/dev/null";
-  ASSERT_EQ(run(cmd, out), 0);
+  ASSERT_EQ(test::run_command(cmd, out), 0);
   EXPECT_EQ(nlohmann::json::parse(out).get<std::vector<int>>(),
             golden["greedy_new_tokens"].get<std::vector<int>>());
 }
@@ -48,18 +37,18 @@ TEST(GenerateCli, BadSettingsAreClearErrors) {
   std::string out;
   const std::string base =
       test::rkv_binary() + " generate -m " + model + " --prompt-ids 1,2,3 --print-ids -n 4 ";
-  EXPECT_EQ(run(base + "--kv-method rkv --kv-budget 4 --kv-window 8 2>&1", out), 1);
+  EXPECT_EQ(test::run_command(base + "--kv-method rkv --kv-budget 4 --kv-window 8 2>&1", out), 1);
   EXPECT_NE(out.find("must be larger than the window"), std::string::npos) << out;
-  EXPECT_EQ(run(base + "--kv-method bogus 2>&1", out), 1);
+  EXPECT_EQ(test::run_command(base + "--kv-method bogus 2>&1", out), 1);
   EXPECT_NE(out.find("bogus"), std::string::npos) << out;
-  EXPECT_EQ(run(base + "--kv-method rkv --kv-threshold 1.5 2>&1", out), 1);
+  EXPECT_EQ(test::run_command(base + "--kv-method rkv --kv-threshold 1.5 2>&1", out), 1);
   EXPECT_NE(out.find("threshold"), std::string::npos) << out;
-  EXPECT_EQ(run(base + "--ctx-size 3 2>&1", out), 1);
+  EXPECT_EQ(test::run_command(base + "--ctx-size 3 2>&1", out), 1);
   EXPECT_NE(out.find("does not fit the context"), std::string::npos) << out;
-  EXPECT_EQ(
-      run(test::rkv_binary() + " generate -m " + model + " --prompt-ids 1,99999 --print-ids 2>&1",
-          out),
-      1);
+  EXPECT_EQ(test::run_command(test::rkv_binary() + " generate -m " + model +
+                                  " --prompt-ids 1,99999 --print-ids 2>&1",
+                              out),
+            1);
   EXPECT_NE(out.find("outside the vocabulary"), std::string::npos) << out;
 }
 
@@ -72,11 +61,13 @@ TEST(GenerateCli, DumpedCasesReplayToTheSameKeptSets) {
       " --prompt-ids 1,5,9,22,40,77,100,3,4,5,6,7 --print-ids -n 50 --temp 0 --kv-method rkv"
       " --kv-budget 24 --kv-buffer 8 --kv-window 4 --dump-case " +
       cases.string() + " --dump-case-limit 3 2>/dev/null";
-  ASSERT_EQ(run(cmd, out), 0);
+  ASSERT_EQ(test::run_command(cmd, out), 0);
   int replayed = 0;
   for (const auto& entry : fs::directory_iterator(cases)) {
     const auto expected = test::read_json(entry.path())["expected"]["kept_indices"];
-    ASSERT_EQ(run(test::rkv_binary() + " policy-run --case " + entry.path().string(), out), 0);
+    ASSERT_EQ(
+        test::run_command(test::rkv_binary() + " policy-run --case " + entry.path().string(), out),
+        0);
     const auto got = nlohmann::json::parse(out)["kept_indices"];
     ASSERT_EQ(got.size(), expected.size());
     for (std::size_t h = 0; h < got.size(); ++h) {

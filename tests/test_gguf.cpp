@@ -1365,16 +1365,6 @@ TEST(GgufGolden, Q8_0CloserInLlamaCppArithmetic) {
 
 // ---- the command line ----------------------------------------------------------------------
 
-int run_command(const std::string& cmd, std::string& out) {
-  out.clear();
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe) != nullptr) out += buf;
-  const int status = ::pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 // Issue 18's contract for a device rkv may not have: asked to run quantized weights on
 // `--device cuda`, rkv either runs them or refuses with a clear error that names the device, and
 // never crashes. This build has no --device option (the CUDA backend is issue 13), so the
@@ -1388,9 +1378,10 @@ TEST(GgufCli, QuantizedWeightsOnCudaRunOrAreRefusedClearly) {
   const fs::path path = dir.path() / "q8.gguf";
   write_random_gguf(path, options);
   std::string out;
-  const int code = run_command(test::rkv_binary() + " generate -m " + path.string() +
-                                   " --device cuda --prompt-ids 1,2,3 -n 2 --temp 0 -t 2 2>&1",
-                               out);
+  const int code =
+      test::run_command(test::rkv_binary() + " generate -m " + path.string() +
+                            " --device cuda --prompt-ids 1,2,3 -n 2 --temp 0 -t 2 2>&1",
+                        out);
   // The shell reports a signal as 128 + its number.
   ASSERT_GE(code, 0) << out;
   ASSERT_LT(code, 128) << "killed by a signal: " << out;
@@ -1406,45 +1397,48 @@ TEST(GgufCli, GenerateAndTokenizeTakeAGgufFile) {
   const auto expected = golden["models"]["stories260K-f32.gguf"][0]["greedy_ids"];
   std::string out;
   // The README's command, with R-KV compressing (budget 64, buffer 16) as the text grows.
-  ASSERT_EQ(run_command(test::rkv_binary() + " generate -m " + file +
-                            " -p 'Once upon a time' -n 32 --temp 0 --kv-method rkv "
-                            "--kv-budget 64 --kv-buffer 16 -t 2 2>/dev/null",
-                        out),
+  ASSERT_EQ(test::run_command(test::rkv_binary() + " generate -m " + file +
+                                  " -p 'Once upon a time' -n 32 --temp 0 --kv-method rkv "
+                                  "--kv-budget 64 --kv-buffer 16 -t 2 2>/dev/null",
+                              out),
             0);
   EXPECT_EQ(out.rfind(", there was a little girl named Lily.", 0), 0u) << out;
   // The first 32 greedy ids equal llama.cpp's (full cache: no compression before 64 entries).
-  ASSERT_EQ(run_command(test::rkv_binary() + " generate -m " + file +
+  ASSERT_EQ(
+      test::run_command(test::rkv_binary() + " generate -m " + file +
                             " -p 'Once upon a time' -n 32 --temp 0 --ignore-eos --print-ids -t 2 "
                             "2>/dev/null",
                         out),
-            0);
+      0);
   std::vector<int> want(expected.begin(), expected.begin() + 32);
   EXPECT_EQ(nlohmann::json::parse(out).get<std::vector<int>>(), want) << out;
   // The second oracle: llama2.c's run.c on the .bin files (200 steps); the GGUF file's context is
   // 128 tokens, so the first 123 generated tokens are compared, as text.
-  ASSERT_EQ(run_command(test::rkv_binary() + " generate -m " + file +
+  ASSERT_EQ(
+      test::run_command(test::rkv_binary() + " generate -m " + file +
                             " -p 'Once upon a time' -n 123 --temp 0 --ignore-eos -t 2 2>/dev/null",
                         out),
-            0);
+      0);
   std::ifstream ref_in(shared / "golden/gguf/llama2c_reference_once_upon_a_time.txt");
   const std::string ref((std::istreambuf_iterator<char>(ref_in)), std::istreambuf_iterator<char>());
   if (!out.empty() && out.back() == '\n') out.pop_back();  // generate ends its text with one
   EXPECT_GT(out.size(), 300u);
   EXPECT_EQ(ref.rfind("Once upon a time" + out, 0), 0u) << "rkv: " << out << "\nllama2.c: " << ref;
   ASSERT_EQ(
-      run_command(
+      test::run_command(
           test::rkv_binary() + " tokenize --tokenizer " + file + " --text 'Hello world' 2>&1", out),
       0);
   EXPECT_EQ(out, "[1,346,306,414,263,304,341]\n");
   // A quantized file runs too: on this prompt rkv's 32 greedy ids equal llama.cpp's (all 64 do,
   // GgufGolden.Q8_0GreedyIdsAgreeWithLlamaCpp).
   const auto expected_q8 = golden["models"]["stories260K-q8_0.gguf"][0]["greedy_ids"];
-  ASSERT_EQ(run_command(test::rkv_binary() + " generate -m " +
+  ASSERT_EQ(
+      test::run_command(test::rkv_binary() + " generate -m " +
                             (shared / "golden/gguf/stories260K-q8_0.gguf").string() +
                             " -p 'Once upon a time' -n 32 --temp 0 --ignore-eos --print-ids -t 2 "
                             "2>/dev/null",
                         out),
-            0);
+      0);
   std::vector<int> want_q8(expected_q8.begin(), expected_q8.begin() + 32);
   EXPECT_EQ(nlohmann::json::parse(out).get<std::vector<int>>(), want_q8) << out;
 }

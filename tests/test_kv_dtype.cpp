@@ -585,35 +585,26 @@ TEST(KvDtypeEngine, AHeadSizeQ8CannotHoldIsAClearError) {
   expect_error([&] { Engine e(*model, &tokenizer, pool, o); }, "not a multiple of 32");
 }
 
-int run_command(const std::string& cmd, std::string& out) {
-  out.clear();
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buf[4096];
-  while (std::fgets(buf, sizeof(buf), pipe) != nullptr) out += buf;
-  const int status = ::pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 TEST(KvDtypeCli, FlagOnEveryCommandAndClearErrors) {
   std::string out;
   for (const char* cmd :
        {"generate", "eval", "bench", "bench-decode", "serve", "steer-calibrate"}) {
-    ASSERT_EQ(run_command(test::rkv_binary() + " " + cmd + " --help 2>&1", out), 0) << cmd;
+    ASSERT_EQ(test::run_command(test::rkv_binary() + " " + cmd + " --help 2>&1", out), 0) << cmd;
     EXPECT_NE(out.find("--kv-dtype"), std::string::npos) << cmd;
   }
   const std::string base = test::rkv_binary() + " generate --prompt-ids 1,2,3 --print-ids -n 4 ";
-  EXPECT_EQ(run_command(base + "-m " + test::self_made_model().string() +
-                            " --temp 0 --kv-dtype bf16 2>&1 >/dev/null",
-                        out),
+  EXPECT_EQ(test::run_command(base + "-m " + test::self_made_model().string() +
+                                  " --temp 0 --kv-dtype bf16 2>&1 >/dev/null",
+                              out),
             0);
   EXPECT_NE(out.find("bf16, "), std::string::npos) << out;
-  EXPECT_EQ(
-      run_command(base + "-m " + test::shipped_model_dir().string() + " --kv-dtype q8_0 2>&1", out),
-      1);
+  EXPECT_EQ(test::run_command(
+                base + "-m " + test::shipped_model_dir().string() + " --kv-dtype q8_0 2>&1", out),
+            1);
   EXPECT_NE(out.find("not a multiple of 32"), std::string::npos) << out;
-  EXPECT_NE(
-      run_command(base + "-m " + test::self_made_model().string() + " --kv-dtype q4 2>&1", out), 0);
+  EXPECT_NE(test::run_command(
+                base + "-m " + test::self_made_model().string() + " --kv-dtype q4 2>&1", out),
+            0);
   EXPECT_NE(out.find("--kv-dtype"), std::string::npos) << out;
 }
 
@@ -622,7 +613,7 @@ TEST(KvDtypeCli, FlagOnEveryCommandAndClearErrors) {
 void expect_flag_on_every_model_command(const std::string& flag) {
   std::string out;
   for (const char* cmd : {"generate", "eval", "bench", "bench-decode", "serve", "logits"}) {
-    ASSERT_EQ(run_command(test::rkv_binary() + " " + cmd + " --help 2>&1", out), 0) << cmd;
+    ASSERT_EQ(test::run_command(test::rkv_binary() + " " + cmd + " --help 2>&1", out), 0) << cmd;
     EXPECT_NE(out.find(flag), std::string::npos) << cmd;
   }
 }
@@ -633,15 +624,15 @@ void expect_llamacpp_changes_logits(const std::string& flag, const std::string& 
                                     const std::string& bad) {
   const std::string base = test::rkv_binary() + " logits --ids 1,2,3 -m " + model + " ";
   std::string out, exact, llamacpp;
-  ASSERT_EQ(run_command(base + "2>&1", exact), 0) << exact;
-  ASSERT_EQ(run_command(base + flag + " exact 2>&1", out), 0) << out;
+  ASSERT_EQ(test::run_command(base + "2>&1", exact), 0) << exact;
+  ASSERT_EQ(test::run_command(base + flag + " exact 2>&1", out), 0) << out;
   EXPECT_EQ(out, exact);
-  ASSERT_EQ(run_command(base + flag + " llamacpp 2>&1", llamacpp), 0) << llamacpp;
+  ASSERT_EQ(test::run_command(base + flag + " llamacpp 2>&1", llamacpp), 0) << llamacpp;
   const auto a = nlohmann::json::parse(exact)["logits"][0].get<std::vector<float>>();
   const auto b = nlohmann::json::parse(llamacpp)["logits"][0].get<std::vector<float>>();
   ASSERT_EQ(a.size(), b.size());
   EXPECT_NE(a, b);
-  EXPECT_NE(run_command(base + flag + " " + bad + " 2>&1", out), 0);
+  EXPECT_NE(test::run_command(base + flag + " " + bad + " 2>&1", out), 0);
   EXPECT_NE(out.find(flag), std::string::npos) << out;
 }
 

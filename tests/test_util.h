@@ -3,9 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -118,6 +120,18 @@ inline std::vector<double> softmax_f64(const float* q, const float* k, std::size
 }
 
 // The path to the rkv program built alongside the tests.
+// Runs a shell command; returns its exit status (-1 if it did not exit normally) and its stdout
+// in `out`.
+inline int run_command(const std::string& cmd, std::string& out) {
+  out.clear();
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe) != nullptr) out += buf;
+  const int status = ::pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 inline std::string rkv_binary() {
   return RKV_BINARY_PATH;
 }

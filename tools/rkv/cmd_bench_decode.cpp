@@ -50,12 +50,13 @@ void setup(CLI::App& app) {
                   "Context depths at which to measure decode, comma-separated");
   add_flag_option(app, "-p,--n-prompt", args->n_prompt,
                   "Prompt tokens for the prompt-processing test (0: skip)")
-      ->check(CLI::NonNegativeNumber);
-  add_flag_option(app, "-n,--n-gen", args->n_gen, "Tokens decoded at each depth")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(0));
+  add_flag_option(app, "-n,--n-gen", args->n_gen,
+                  "Tokens decoded at each depth (0: skip the decode tests)")
+      ->check(at_least(0));
   add_flag_option(app, "-r,--repetitions", args->repetitions,
                   "Repetitions of each test (the best is reported)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   add_flag_option(app, "--json", args->json_out, "Also write the results to this JSON file");
   app.add_flag("--no-limits", args->no_limits,
                "Skip measuring the machine's limits (streaming-read bandwidth and compute peak "
@@ -69,6 +70,8 @@ void setup(CLI::App& app) {
     const std::vector<int> depths = parse_int_list(args->depths, "--depths");
     for (int d : depths)
       if (d < 0) throw Error("--depths: depths must be >= 0");
+    if (args->n_prompt == 0 && args->n_gen == 0)
+      throw Error("-p 0 and -n 0: nothing to measure (give a prompt length or a decode length)");
     auto model = load_model(args->model, args->matmul_precision, args->attention_precision);
     const ModelConfig& c = model->config();
     const KvDtype kv_dtype = kv_dtype_flag.value_or(model->default_kv_dtype());
@@ -146,7 +149,7 @@ void setup(CLI::App& app) {
                            2.0 * c.num_layers * c.num_heads * c.head_dim * T * (T + 1);
       report("pp" + std::to_string(args->n_prompt), 0, args->n_prompt, best, flops, true);
     }
-    for (int depth : depths) {
+    for (int depth : args->n_gen > 0 ? depths : std::vector<int>{}) {
       double best = 1e30, best_compress = 0.0, best_bytes = 0.0;
       std::int64_t compressions = 0;
       int entries = 0;

@@ -107,7 +107,7 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--limit", a->limit, "Use only the first N problems (0: all)");
   add_flag_option(app, "--samples", a->samples,
                   "Samples per problem (pass@1 is averaged over them)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   add_flag_option(app, "-s,--seed", a->seed,
                   "Base seed; every (problem, sample) gets its own, shared by all methods");
   add_flag_option(app, "--methods", a->methods,

@@ -152,7 +152,7 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--dump-case-limit", a->dump_case_limit,
                   "Most case files --dump-case writes")
       ->group("KV compression")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   add_flag_option(
       app, "--trace", a->trace,
       "Write a trace of the sequence to this file: its tokens and, per compression and KV "

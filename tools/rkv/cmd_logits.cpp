@@ -29,7 +29,7 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--ids", args->ids, "Comma-separated token ids, run as one forward pass")
       ->required();
   add_flag_option(app, "--last", args->last, "Print the logits of the last N positions")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   add_kv_dtype_option(app, args->kv_dtype);
   add_precision_options(app, args->matmul_precision, args->attention_precision);
   add_threads_option(app, args->threads);

@@ -179,16 +179,16 @@ void setup(CLI::App& app) {
       ->group("KV compression");
   add_flag_option(app, "--parallel,--max-batch", a->parallel,
                   "Most requests decoding at once (0: as many as the KV cap allows)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   add_flag_option(app, "--queue-limit", a->queue_limit,
                   "Requests allowed to wait for a slot; more are answered 429 with Retry-After")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   add_flag_option(app, "--http-threads", a->http_threads,
                   "Connections served at once (each streaming response holds one)")
       ->check(CLI::Range(4, 4096));
   add_flag_option(app, "--prefill-chunk", a->prefill_chunk,
                   "Prompt tokens per engine step, over all prefilling requests")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   add_flag_option(app, "--reasoning-format", a->reasoning_format,
                   "parsed: the chain of thought in message.reasoning_content; none: inline in "
                   "the content (a request's 'reasoning_format' overrides)");

@@ -171,14 +171,14 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--thoughts", a->thoughts_out,
                   "Also write every labelled thought as a JSON line to this file");
   add_flag_option(app, "--limit", a->limit, "Use only the first N prompts (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   add_flag_option(app, "-n,--predict,--max-new-tokens", a->n_predict,
                   "Maximum tokens generated per prompt")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   add_flag_option(app, "--temp,--temperature", a->temperature, "Sampling temperature");
   add_flag_option(app, "--top-p", a->top_p, "Nucleus sampling mass");
   add_flag_option(app, "-s,--seed", a->seed, "Random seed of the first prompt (then +1 per prompt)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   add_flag_option(app, "--chat-template", a->chat_template,
                   "Override the chat template (default: detected from the tokenizer)");
   add_flag_option(app, "--prompt-suffix", a->suffix, "Text appended to every prompt");

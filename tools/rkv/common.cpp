@@ -55,6 +55,26 @@ std::string int_list_json(const std::vector<int>& values) {
   return s;
 }
 
+CLI::Validator at_least(long long min) {
+  const std::string what = "an integer >= " + std::to_string(min);
+  return CLI::Validator(
+      [min, what](std::string& text) -> std::string {
+        std::size_t used = 0;
+        long long v = 0;
+        try {
+          v = std::stoll(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size()) return "must be " + what + ", got '" + text + "'";
+        if (v < min) return "must be " + what + ", got " + text;
+        return std::string();
+      },
+      min == 1   ? "POSITIVE"
+      : min == 0 ? "NONNEGATIVE"
+                 : ">= " + std::to_string(min));
+}
+
 void add_threads_option(CLI::App& app, int& threads) {
   threads = default_thread_count();
   add_flag_option(app, "-t,--threads", threads,

@@ -24,6 +24,10 @@ CLI::Option* add_flag_option(CLI::App& app, const std::string& names, T& value,
   return opt;
 }
 
+// Checks that an option's value is an integer of at least `min`, with a plain message ("must be an
+// integer >= 1, got 0"); CLI::PositiveNumber's names a range up to 1.8e308.
+CLI::Validator at_least(long long min);
+
 // "1,2,3" -> {1,2,3}; throws rkv::Error naming `what` on anything else.
 std::vector<int> parse_int_list(const std::string& text, const std::string& what);
 

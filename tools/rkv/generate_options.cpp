@@ -24,7 +24,7 @@ void add_generate_options(CLI::App& app, const std::shared_ptr<GenerateFlags>& f
       "Override the chat template: deepseek-r1, chatml, qwen3, qwen3-nothink, llama3 or raw "
       "(default: detected from tokenizer_config.json)");
   add_flag_option(app, "-n,--predict,--max-new-tokens", f.n_predict, n_predict_help)
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   add_flag_option(app, "--temp,--temperature", f.temperature, "Sampling temperature; 0 is greedy");
   add_flag_option(app, "--top-k", f.top_k, "Keep only the k most likely tokens (0: off)");
   add_flag_option(app, "--top-p", f.top_p,
@@ -38,7 +38,7 @@ void add_generate_options(CLI::App& app, const std::shared_ptr<GenerateFlags>& f
   app.add_flag("--ignore-eos", f.ignore_eos, "Keep generating after an end-of-sequence token");
   add_flag_option(app, "-c,--ctx-size", f.ctx_size,
                   "Context size in tokens (0: the model's maximum)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   add_kv_options(app, f.kv);
   add_steering_options(app, f.steering);
 }
