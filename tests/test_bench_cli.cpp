@@ -86,6 +86,14 @@ TEST(BenchDecodeCli, PromptAloneAndPlainCountErrors) {
   const auto rows = test::read_json(json)["results"];
   ASSERT_EQ(rows.size(), 1u) << rows.dump();
   EXPECT_EQ(rows[0]["test"], "pp16");
+  // The tiny shape (config.json): 4 layers, hidden 128, 4 query heads and 2 KV heads of 32, FFN
+  // 384, vocabulary 1024 with a tied output head. Per layer q 128x128, k and v 64x128, o 128x128,
+  // gate, up and down 384x128; prefill runs the head for the last of the 16 tokens only, and
+  // causal attention adds 2 x 4 layers x 4 heads x 32 x 16 x 17 flops.
+  const double layer_params = 4.0 * (128 * 128 + 2 * 64 * 128 + 128 * 128 + 3 * 384 * 128);
+  const double flops = 2.0 * layer_params * 16 + 2.0 * 1024 * 128 + 2.0 * 4 * 4 * 32 * 16 * 17;
+  EXPECT_NEAR(rows[0]["gflop_per_s"].get<double>() * rows[0]["seconds"].get<double>() * 1e9, flops,
+              1e-6 * flops);
   std::string out;
   EXPECT_EQ(test::run_command(base + "-p 0 -n 0 2>&1", out), 1);
   EXPECT_NE(out.find("nothing to measure"), std::string::npos) << out;

@@ -96,6 +96,7 @@ TEST(MatmulFootprint, IsEveryProjectionAndTheOutputHead) {
   const Model::MatmulFootprint f = model->matmul_footprint();
   EXPECT_EQ(f.params, params);
   EXPECT_EQ(f.bytes, 4 * params);
+  EXPECT_EQ(f.head_params, static_cast<std::size_t>(c.vocab_size) * h);
   // The matrices are most of the checkpoint: what is left is the embedding (tied here or not)
   // and the norms and biases.
   EXPECT_LE(f.bytes, model->weight_bytes() + static_cast<std::size_t>(c.vocab_size) * h * 4);

@@ -78,9 +78,13 @@ class Model {
   // The matrices one token's forward pass multiplies (every layer's seven projections and the
   // output head; the embedding row and the norms aside): their parameters (a token costs twice
   // that in flops) and their bytes as stored (what a decode step streams from memory).
+  // Parameters and stored bytes of every matrix product: all of them (a decode step reads each
+  // once), and of the output head alone (a prefill pass runs it for the rows that want logits
+  // only, so it is not part of the per-token work of prompt processing).
   struct MatmulFootprint {
     std::size_t params = 0;
     std::size_t bytes = 0;
+    std::size_t head_params = 0;
   };
   MatmulFootprint matmul_footprint() const;
 

@@ -5,6 +5,7 @@
 // products together, so the weights are read once per pass (DESIGN.md property 5).
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "core/error.h"
 #include "core/quant.h"
@@ -34,10 +35,11 @@ void apply_rope(float* x, int d, const float* cos, const float* sin) {
   }
 }
 
-void add_bias(float* y, const std::vector<float>& bias, std::size_t rows) {
+// Adds the bias to rows [r0, r1) of y.
+void add_bias(float* y, const std::vector<float>& bias, std::size_t r0, std::size_t r1) {
   if (bias.empty()) return;
   const std::size_t n = bias.size();
-  for (std::size_t r = 0; r < rows; ++r)
+  for (std::size_t r = r0; r < r1; ++r)
     for (std::size_t i = 0; i < n; ++i) y[r * n + i] += bias[i];
 }
 
@@ -111,6 +113,18 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
     }
   }
 
+  // The per-row work between the matrix products (norms, bias, RoPE, SiLU, residuals) runs on
+  // the pool in prefill-sized passes; each row is computed exactly as on one thread. Decode steps
+  // of a few rows stay on the calling thread, where a parallel region would cost more than it
+  // saves.
+  constexpr std::size_t kRowParallelMin = 16;
+  auto for_rows = [&](const std::function<void(std::size_t, std::size_t)>& fn) {
+    if (T >= kRowParallelMin)
+      pool.parallel_ranges(T, 1, fn);
+    else
+      fn(0, T);
+  };
+
   // Where each row's own entry lands in its cache, and how many entries it may attend to.
   std::vector<int> visible(T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -118,29 +132,33 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
 
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[static_cast<std::size_t>(l)];
-    for (std::size_t r = 0; r < T; ++r)
-      rms_norm(s.x.data() + r * H, w.input_norm.data(), s.xn.data() + r * H, static_cast<int>(H),
-               c.rms_norm_eps);
+    for_rows([&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r)
+        rms_norm(s.x.data() + r * H, w.input_norm.data(), s.xn.data() + r * H,
+                 static_cast<int>(H), c.rms_norm_eps);
+    });
     kernels::matmul(s.xn.data(), T, w.q, s.q.data(), pool);
     kernels::matmul(s.xn.data(), T, w.k, s.k.data(), pool);
     kernels::matmul(s.xn.data(), T, w.v, s.v.data(), pool);
-    add_bias(s.q.data(), w.q_bias, T);
-    add_bias(s.k.data(), w.k_bias, T);
-    add_bias(s.v.data(), w.v_bias, T);
-    for (std::size_t r = 0; r < T; ++r) {
-      const float* cs = s.rope_cos.data() + r * half;
-      const float* sn = s.rope_sin.data() + r * half;
-      for (int h = 0; h < Hq; ++h) {
-        float* qh = s.q.data() + r * QD + static_cast<std::size_t>(h) * D;
-        if (c.qk_norm) rms_norm(qh, w.q_norm.data(), qh, D, c.rms_norm_eps);
-        apply_rope(qh, D, cs, sn);
+    for_rows([&](std::size_t r0, std::size_t r1) {
+      add_bias(s.q.data(), w.q_bias, r0, r1);
+      add_bias(s.k.data(), w.k_bias, r0, r1);
+      add_bias(s.v.data(), w.v_bias, r0, r1);
+      for (std::size_t r = r0; r < r1; ++r) {
+        const float* cs = s.rope_cos.data() + r * half;
+        const float* sn = s.rope_sin.data() + r * half;
+        for (int h = 0; h < Hq; ++h) {
+          float* qh = s.q.data() + r * QD + static_cast<std::size_t>(h) * D;
+          if (c.qk_norm) rms_norm(qh, w.q_norm.data(), qh, D, c.rms_norm_eps);
+          apply_rope(qh, D, cs, sn);
+        }
+        for (int h = 0; h < Hkv; ++h) {
+          float* kh = s.k.data() + r * KD + static_cast<std::size_t>(h) * D;
+          if (c.qk_norm) rms_norm(kh, w.k_norm.data(), kh, D, c.rms_norm_eps);
+          apply_rope(kh, D, cs, sn);
+        }
       }
-      for (int h = 0; h < Hkv; ++h) {
-        float* kh = s.k.data() + r * KD + static_cast<std::size_t>(h) * D;
-        if (c.qk_norm) rms_norm(kh, w.k_norm.data(), kh, D, c.rms_norm_eps);
-        apply_rope(kh, D, cs, sn);
-      }
-    }
+    });
     for (std::size_t r = 0; r < T; ++r) {
       rows[r].cache->append(l, s.k.data() + r * KD, s.v.data() + r * KD, rows[r].position);
       rows[r].cache->push_query(l, s.q.data() + r * QD);
@@ -184,25 +202,32 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
       });
     }
     kernels::matmul(s.attn.data(), T, w.o, s.xn.data(), pool);
-    for (std::size_t i = 0; i < T * H; ++i) s.x[i] += s.xn[i];
-
-    for (std::size_t r = 0; r < T; ++r)
-      rms_norm(s.x.data() + r * H, w.post_norm.data(), s.xn.data() + r * H, static_cast<int>(H),
-               c.rms_norm_eps);
+    for_rows([&](std::size_t r0, std::size_t r1) {
+      for (std::size_t i = r0 * H; i < r1 * H; ++i) s.x[i] += s.xn[i];
+      for (std::size_t r = r0; r < r1; ++r)
+        rms_norm(s.x.data() + r * H, w.post_norm.data(), s.xn.data() + r * H,
+                 static_cast<int>(H), c.rms_norm_eps);
+    });
     kernels::matmul(s.xn.data(), T, w.gate, s.gate.data(), pool);
     kernels::matmul(s.xn.data(), T, w.up, s.up.data(), pool);
-    for (std::size_t i = 0; i < T * I; ++i) {
-      const float g = s.gate[i];
-      s.gate[i] = g / (1.0f + std::exp(-g)) * s.up[i];
-    }
+    for_rows([&](std::size_t r0, std::size_t r1) {
+      for (std::size_t i = r0 * I; i < r1 * I; ++i) {
+        const float g = s.gate[i];
+        s.gate[i] = g / (1.0f + std::exp(-g)) * s.up[i];
+      }
+    });
     kernels::matmul(s.gate.data(), T, w.down, s.xn.data(), pool);
-    for (std::size_t i = 0; i < T * H; ++i) s.x[i] += s.xn[i];
+    for_rows([&](std::size_t r0, std::size_t r1) {
+      for (std::size_t i = r0 * H; i < r1 * H; ++i) s.x[i] += s.xn[i];
+    });
     if (observer != nullptr) observer->after_layer(l, rows, s.x.data());
   }
 
-  for (std::size_t r = 0; r < T; ++r)
-    rms_norm(s.x.data() + r * H, final_norm_.data(), s.xn.data() + r * H, static_cast<int>(H),
-             c.rms_norm_eps);
+  for_rows([&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r)
+      rms_norm(s.x.data() + r * H, final_norm_.data(), s.xn.data() + r * H, static_cast<int>(H),
+               c.rms_norm_eps);
+  });
   if (observer != nullptr) observer->final_hidden(rows, s.xn.data());
   std::size_t n_logits = 0;
   s.logits_hidden.resize(T * H);

@@ -141,6 +141,7 @@ Model::MatmulFootprint Model::matmul_footprint() const {
   for (const LayerWeights& l : layers_)
     for (const kernels::WeightView* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) add(*w);
   add(lm_head_);
+  f.head_params = lm_head_.rows * lm_head_.cols;
   return f;
 }
 

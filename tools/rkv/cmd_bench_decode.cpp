@@ -142,10 +142,13 @@ void setup(CLI::App& app) {
         prefill(*model, cache, tokens, 0, 512, scratch, pool, logits.data());
         best = std::min(best, now_seconds() - t0);
       }
-      // Flops: two per parameter per token, and causal attention (QK and PV, two flops per
-      // multiply-add, token t attending to t keys) over every query head of every layer.
+      // Flops: two per parameter per token for the layers' matrices, two per output-head
+      // parameter once (prefill computes the last token's logits only), and causal attention
+      // (QK and PV, two flops per multiply-add, token t attending to t keys) over every query
+      // head of every layer.
       const double T = args->n_prompt;
-      const double flops = 2.0 * static_cast<double>(matmuls.params) * T +
+      const double layer_params = static_cast<double>(matmuls.params - matmuls.head_params);
+      const double flops = 2.0 * layer_params * T + 2.0 * static_cast<double>(matmuls.head_params) +
                            2.0 * c.num_layers * c.num_heads * c.head_dim * T * (T + 1);
       report("pp" + std::to_string(args->n_prompt), 0, args->n_prompt, best, flops, true);
     }
@@ -210,6 +213,7 @@ void setup(CLI::App& app) {
                             {"kv_bytes_per_token", per_token.total()},
                             {"matmul_params", matmuls.params},
                             {"matmul_bytes", matmuls.bytes},
+                            {"head_params", matmuls.head_params},
                             {"threads", args->threads},
                             {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
                             {"matmul_precision", args->matmul_precision},
