@@ -454,6 +454,38 @@ TEST(Matmul, FastKernelsAreLinkedIn) {
 #endif
 }
 
+// The product as the model calls it (kernels::matmul on a pool of two threads, which on
+// AVX512-BF16 splits bf16 activations once for every thread's rows) against the reference, with
+// the parity tolerance of expect_parity, on shapes with GEMV and GEMM tails and uneven row splits.
+TEST(Matmul, DispatchAgreesWithReference) {
+  std::mt19937 rng(21);
+  ThreadPool pool(2);
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
+    for (std::size_t T : {1u, 3u, 33u, 34u, 97u})
+      for (std::size_t K : {31u, 300u, 1537u})
+        for (std::size_t N : {5u, 40u, 1000u}) {
+          const Weights w = make_weights(dt, N, K, rng);
+          const std::vector<float> x = make_x(T, K, rng);
+          std::vector<float> got(T * N, std::numeric_limits<float>::quiet_NaN()), ref(T * N);
+          kernels::matmul(x.data(), T, w.view(), got.data(), pool);
+          kernels::matmul_rows_reference(x.data(), T, w.view(), 0, N, ref.data(), N);
+          int failures = 0;
+          for (std::size_t t = 0; t < T && failures < 3; ++t)
+            for (std::size_t n = 0; n < N && failures < 3; ++n) {
+              double mag = 0.0;
+              for (std::size_t k = 0; k < K; ++k)
+                mag += std::fabs(static_cast<double>(x[t * K + k]) * w.f32[n * K + k]);
+              const double diff = std::fabs(static_cast<double>(got[t * N + n]) - ref[t * N + n]);
+              if (!(diff <= 1e-4 * mag + 1e-6)) {
+                ++failures;
+                ADD_FAILURE() << kernels::isa_name(kernels::active_isa()) << " " << dtype_name(dt)
+                              << " T=" << T << " K=" << K << " N=" << N << " t=" << t << " n=" << n
+                              << ": got " << got[t * N + n] << " want " << ref[t * N + n];
+              }
+            }
+        }
+}
+
 TEST(Matmul, PoolOneAndTwoThreadsIdentical) {
   std::mt19937 rng(5);
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {

@@ -25,6 +25,8 @@ static bool cpu_has_f16c() {
 MatmulRowsFn matmul_rows_avx2_fn();
 MatmulRowsFn matmul_rows_avx512_fn();
 MatmulRowsFn matmul_rows_avx512bf16_fn();
+Bf16SplitFn bf16_split_avx512bf16_fn();
+Bf16RowsFn bf16_rows_avx512bf16_fn();
 QuantizedRowsFn quantized_rows_avx2_fn();
 QuantizedRowsFn quantized_rows_avx512vnni_fn();
 QuantizeActivationsFn quantize_activations_avx2_fn();
@@ -51,6 +53,12 @@ static MatmulRowsFn matmul_rows_avx512_fn() {
   return nullptr;
 }
 static MatmulRowsFn matmul_rows_avx512bf16_fn() {
+  return nullptr;
+}
+static Bf16SplitFn bf16_split_avx512bf16_fn() {
+  return nullptr;
+}
+static Bf16RowsFn bf16_rows_avx512bf16_fn() {
   return nullptr;
 }
 #endif
@@ -81,6 +89,14 @@ MatmulRowsFn matmul_rows_for(Isa isa) {
       return matmul_rows_avx512bf16_fn();
   }
   return nullptr;
+}
+
+Bf16SplitFn bf16_split_for(Isa isa) {
+  return isa == Isa::Avx512Bf16 ? bf16_split_avx512bf16_fn() : nullptr;
+}
+
+Bf16RowsFn bf16_rows_for(Isa isa) {
+  return isa == Isa::Avx512Bf16 ? bf16_rows_avx512bf16_fn() : nullptr;
 }
 
 bool quantized_avx512_uses_vnni() {
@@ -184,6 +200,27 @@ void round_activations(const float* x, std::size_t n, DType dtype, float* out) {
 void matmul(const float* x, std::size_t T, const WeightView& w, float* y, ThreadPool& pool) {
   static const MatmulRowsFn rows_fn = matmul_rows_for(active_isa());
   const std::size_t N = w.rows;
+  static const Bf16SplitFn bf16_split = bf16_split_for(active_isa());
+  static const Bf16RowsFn bf16_rows = bf16_rows_for(active_isa());
+  if (w.dtype == DType::BF16 && bf16_split != nullptr && bf16_rows != nullptr) {
+    // Split (or, for Rounded, round) once, here, for every thread's rows.
+    const std::size_t K = w.cols, kpad = (K + 31) / 32 * 32;
+    const bool lo = w.precision != MatmulPrecision::Rounded;
+    thread_local std::vector<std::uint16_t> parts;
+    parts.resize(T * 2 * kpad);
+    std::uint16_t* const buf = parts.data();  // the calling thread's buffer, for every thread
+    auto split = [&](std::size_t t0, std::size_t t1) {
+      for (std::size_t t = t0; t < t1; ++t) bf16_split(x + t * K, K, lo, kpad, buf + t * 2 * kpad);
+    };
+    if (T >= 16)
+      pool.parallel_ranges(T, 1, split);
+    else
+      split(0, T);
+    const Bf16Activations xs{buf, T, kpad, lo};
+    pool.parallel_ranges(
+        N, 16, [&](std::size_t n0, std::size_t n1) { bf16_rows(xs, w, n0, n1, y, N); }, 4);
+    return;
+  }
   if (w.precision == MatmulPrecision::Rounded &&
       (w.dtype == DType::BF16 || w.dtype == DType::F16)) {
     // Rounded once, here, for every thread's rows (O(T K) against the product's O(T K N)).

@@ -69,6 +69,25 @@ MatmulRowsFn matmul_rows_for(Isa isa);
 void matmul_rows_reference(const float* x, std::size_t T, const WeightView& w, std::size_t n0,
                            std::size_t n1, float* y, std::size_t ldy);
 
+// ---- bf16 weights on AVX512-BF16 ----
+// matmul splits the activations into bf16 parts once (hi = bf16(x), and for the exact precision
+// lo = bf16(x - hi)) for every thread's rows, as it quantizes them once for quantized weights, and
+// splits the rows over threads with Bf16RowsFn. Row t of `data`: hi at t * 2 * kpad, lo at
+// t * 2 * kpad + kpad (kpad = cols rounded up to 32; zero past cols).
+struct Bf16Activations {
+  const std::uint16_t* data = nullptr;
+  std::size_t T = 0;
+  std::size_t kpad = 0;
+  bool lo = true;
+};
+using Bf16SplitFn = void (*)(const float* x, std::size_t K, bool lo, std::size_t kpad,
+                             std::uint16_t* row);  // one row of x into one row of data
+using Bf16RowsFn = void (*)(const Bf16Activations& x, const WeightView& w, std::size_t n0,
+                            std::size_t n1, float* y, std::size_t ldy);
+// nullptr where `isa` has no bf16 dot-product instruction (every ISA but Avx512Bf16).
+Bf16SplitFn bf16_split_for(Isa isa);
+Bf16RowsFn bf16_rows_for(Isa isa);
+
 // ---- quantized weights ----
 // matmul quantizes the activations once (an ISA's QuantizeActivationsFn; every ISA's gives the
 // same bytes as quant::quantize_activations) and splits the rows over threads with that ISA's

@@ -12,12 +12,13 @@
 // result is the same, bit for bit, as the two-product kernel's on activations rounded beforehand
 // (their lo is zero, and adding a product of zeros leaves an f32 sum unchanged).
 //
+// The hi/lo split of x is made once per matrix product, for every thread's rows (matmul in
+// dispatch.cpp, through bf16_split_row; the MatmulRowsFn here splits its own copy per call):
 //  * decode (T < kGemmMinT): GEMV over the weight rows in their natural layout (which already is
-//    VDPBF16PS's pair order); the hi/lo split of x is made once per call.
+//    VDPBF16PS's pair order).
 //  * prefill: blocked GEMM; a panel of 32 weight rows x kKc columns is transposed in units of
-//    bf16 pairs (16x16 transposes of 32-bit elements) into [k/2][32] pairs, the split of the
-//    matching x block is made once per K block, and an outer-product micro-kernel broadcasts
-//    x pairs against the packed panel.
+//    bf16 pairs (16x16 transposes of 32-bit elements) into [k/2][32] pairs, and an outer-product
+//    micro-kernel broadcasts x pairs against the packed panel.
 //
 // Everything here has internal linkage and uses no out-of-line library templates, so no code
 // compiled with -mavx512* can be picked by the linker for another translation unit.
@@ -42,6 +43,8 @@
 namespace rkv::kernels {
 
 MatmulRowsFn matmul_rows_avx512bf16_fn();
+Bf16SplitFn bf16_split_avx512bf16_fn();
+Bf16RowsFn bf16_rows_avx512bf16_fn();
 
 namespace {
 
@@ -238,14 +241,10 @@ void gemv_rows_tt(const std::uint16_t* xs, std::size_t ldxs, std::size_t kpad,
 }
 
 template <bool kLo>
-void gemv_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n0, std::size_t n1,
-               float* y, std::size_t ldy) {
+void gemv_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const WeightView& w,
+               std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
   const std::size_t K = w.cols;
-  const std::size_t kpad = round_up(K, 32);
   const std::size_t ldxs = 2 * kpad;
-  auto* xs = static_cast<std::uint16_t*>(tls_x.get(T * ldxs * sizeof(std::uint16_t)));
-  for (std::size_t t = 0; t < T; ++t)
-    split_row(x + t * K, K, xs + t * ldxs, kLo ? xs + t * ldxs + kpad : nullptr, kpad);
   const auto* wb = static_cast<const std::uint16_t*>(w.data);
   if (T == 1) {
     gemv_rows_stream<kLo>(xs, kpad, wb, K, n0, n1, y);
@@ -344,20 +343,17 @@ template <int NV, bool kLo>
 constexpr std::array<MicroFn, kMr> kMicro = micro_table<NV, kLo>(std::make_index_sequence<kMr>());
 
 template <bool kLo>
-void gemm_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n0, std::size_t n1,
-               float* y, std::size_t ldy) {
+void gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const WeightView& w,
+               std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
   const std::size_t K = w.cols;
   const auto* wb = static_cast<const std::uint16_t*>(w.data);
-  // x block, per row: kKc hi bf16 then kKc lo bf16 (= kKc 32-bit pairs).
-  auto* xs = static_cast<std::uint16_t*>(tls_x.get(T * 2 * kKc * sizeof(std::uint16_t)));
+  // Row t of xs as 32-bit pairs: hi at t * kpad, lo at + kpad / 2.
   const auto* xs32 = reinterpret_cast<const std::uint32_t*>(xs);
   alignas(64) std::uint32_t packed[(kKc / 2 + 16) * 32];
   for (std::size_t kc = 0; kc < K; kc += kKc) {
     const std::size_t kl = min_sz(kKc, K - kc);
     const std::size_t kp = (kl + 1) / 2;
     const bool accumulate = kc > 0;
-    for (std::size_t t = 0; t < T; ++t)
-      split_row(x + t * K + kc, kl, xs + t * 2 * kKc, kLo ? xs + t * 2 * kKc + kKc : nullptr, kKc);
     for (std::size_t nb = n0; nb < n1; nb += 32) {
       const std::size_t nr = min_sz(32, n1 - nb);
       const int nv = nr > 16 ? 2 : 1;
@@ -368,10 +364,30 @@ void gemm_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n
       const std::array<MicroFn, kMr>& table = nv == 2 ? kMicro<2, kLo> : kMicro<1, kLo>;
       for (std::size_t t0 = 0; t0 < T; t0 += kMr) {
         const std::size_t mr = min_sz(kMr, T - t0);
-        table[mr - 1](xs32 + t0 * kKc, kKc, kKc / 2, packed, kp, y + t0 * ldy + nb, ldy, lastm,
-                      accumulate);
+        table[mr - 1](xs32 + t0 * kpad + kc / 2, kpad, kpad / 2, packed, kp, y + t0 * ldy + nb, ldy,
+                      lastm, accumulate);
       }
     }
+  }
+}
+
+// Row `row` of Bf16Activations::data from one row of x: hi, then (when lo) lo.
+void bf16_split_row(const float* x, std::size_t K, bool lo, std::size_t kpad, std::uint16_t* row) {
+  split_row(x, K, row, lo ? row + kpad : nullptr, kpad);
+}
+
+void bf16_rows(const Bf16Activations& x, const WeightView& w, std::size_t n0, std::size_t n1,
+               float* y, std::size_t ldy) {
+  if (x.T == 0 || n0 >= n1) return;
+  if (w.cols == 0) {
+    for (std::size_t t = 0; t < x.T; ++t)
+      for (std::size_t n = n0; n < n1; ++n) y[t * ldy + n] = 0.0f;
+    return;
+  }
+  if (x.T >= kGemmMinT) {
+    (x.lo ? gemm_rows<true> : gemm_rows<false>)(x.data, x.T, x.kpad, w, n0, n1, y, ldy);
+  } else {
+    (x.lo ? gemv_rows<true> : gemv_rows<false>)(x.data, x.T, x.kpad, w, n0, n1, y, ldy);
   }
 }
 
@@ -382,25 +398,27 @@ void matmul_rows_avx512bf16(const float* x, std::size_t T, const WeightView& w, 
     (other != nullptr ? other : &matmul_rows_reference)(x, T, w, n0, n1, y, ldy);
     return;
   }
-  if (T == 0 || n0 >= n1) return;
-  if (w.cols == 0) {
-    for (std::size_t t = 0; t < T; ++t)
-      for (std::size_t n = n0; n < n1; ++n) y[t * ldy + n] = 0.0f;
-    return;
-  }
   // Rounded: the activations are bf16 (hi) alone, one product per weight pair.
   const bool lo = w.precision != MatmulPrecision::Rounded;
-  if (T >= kGemmMinT) {
-    (lo ? gemm_rows<true> : gemm_rows<false>)(x, T, w, n0, n1, y, ldy);
-  } else {
-    (lo ? gemv_rows<true> : gemv_rows<false>)(x, T, w, n0, n1, y, ldy);
-  }
+  const std::size_t kpad = round_up(w.cols, 32);
+  auto* xs = static_cast<std::uint16_t*>(tls_x.get(T * 2 * kpad * sizeof(std::uint16_t)));
+  for (std::size_t t = 0; t < T; ++t)
+    bf16_split_row(x + t * w.cols, w.cols, lo, kpad, xs + t * 2 * kpad);
+  bf16_rows({xs, T, kpad, lo}, w, n0, n1, y, ldy);
 }
 
 }  // namespace
 
 MatmulRowsFn matmul_rows_avx512bf16_fn() {
   return &matmul_rows_avx512bf16;
+}
+
+Bf16SplitFn bf16_split_avx512bf16_fn() {
+  return &bf16_split_row;
+}
+
+Bf16RowsFn bf16_rows_avx512bf16_fn() {
+  return &bf16_rows;
 }
 
 }  // namespace rkv::kernels
