@@ -454,6 +454,50 @@ TEST(Matmul, FastKernelsAreLinkedIn) {
 #endif
 }
 
+// vec_exp (the softmaxes' and SiLU's exp) against exp in double over the whole non-overflowing
+// range: its documented error is about 2 ulp, the bound (2^-22 relative); it measures 1.2 ulp.
+TEST(VecExp, WithinTwoUlpOverTheRange) {
+  std::vector<float> x;
+  for (float v = -87.0f; v <= 88.0f; v += 0.001953125f) x.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 0.5f, -0.5f, 0.34657359f, -0.34657359f})
+    x.push_back(v);
+  std::vector<float> y = x;
+  kernels::vec_exp(y.data(), static_cast<int>(y.size()));
+  double worst = 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(static_cast<double>(x[i]));
+    worst = std::max(worst, std::fabs(y[i] - want) / want);
+  }
+  EXPECT_LE(worst, 0x1p-22) << kernels::isa_name(kernels::active_isa());
+}
+
+// silu_mul against g / (1 + exp(-g)) * u in double: within 1e-6 relative where exp(-g) is in
+// range, and (the clamp) at most 1e-36 |u| below it.
+TEST(SiluMul, AgainstTheFormulaInDouble) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const std::size_t n = 1000;  // not a multiple of the 256-value block
+  std::vector<float> g(n), u(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    g[i] = dist(rng) * (i % 3 == 0 ? 20.0f : 3.0f);
+    u[i] = dist(rng) * 4.0f;
+  }
+  g[7] = -100.0f;
+  g[8] = 100.0f;
+  g[9] = 0.0f;
+  std::vector<float> got = g;
+  kernels::silu_mul(got.data(), u.data(), n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double gd = g[i];
+    const double want = gd / (1.0 + std::exp(-gd)) * u[i];
+    if (g[i] < -87.0f) {
+      EXPECT_LE(std::fabs(got[i]), 1e-36 * std::fabs(u[i])) << g[i];
+    } else {
+      EXPECT_NEAR(got[i], want, 1e-6 * std::fabs(want) + 1e-30) << "g=" << g[i] << " u=" << u[i];
+    }
+  }
+}
+
 // The product as the model calls it (kernels::matmul on a pool of two threads, which on
 // AVX512-BF16 splits bf16 activations once for every thread's rows) against the reference, with
 // the parity tolerance of expect_parity, on shapes with GEMV and GEMM tails and uneven row splits.

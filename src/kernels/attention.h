@@ -51,4 +51,9 @@ KvDecodeFn kv_decode_for(Isa isa);
 // exp(x) for a vector (in place), vectorised; max error about 2 ulp. Used by softmaxes.
 void vec_exp(float* x, int n);
 
+// gate[i] <- gate[i] / (1 + exp(-gate[i])) * up[i]: SiLU(gate) * up, the gated MLP's product,
+// with exp by vec_exp (exp's argument is clamped to about [-87, 88], so a gate below -87 gives
+// a product of at most 1e-36 of |up| instead of 0).
+void silu_mul(float* gate, const float* up, std::size_t n);
+
 }  // namespace rkv::kernels

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -92,6 +93,20 @@ void vec_exp(float* x, int n) {
     return &vec_exp_reference;
   }();
   fn(x, n);
+}
+
+void silu_mul(float* gate, const float* up, std::size_t n) {
+  constexpr std::size_t kBlock = 256;  // exp of a block at a time, from a stack buffer
+  float e[kBlock];
+  for (std::size_t i0 = 0; i0 < n; i0 += kBlock) {
+    const std::size_t m = std::min(kBlock, n - i0);
+    for (std::size_t i = 0; i < m; ++i) e[i] = -gate[i0 + i];
+    vec_exp(e, static_cast<int>(m));
+    for (std::size_t i = 0; i < m; ++i) {
+      const float g = gate[i0 + i];
+      gate[i0 + i] = g / (1.0f + e[i]) * up[i0 + i];
+    }
+  }
 }
 
 }  // namespace rkv::kernels

@@ -134,8 +134,8 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
     const LayerWeights& w = layers_[static_cast<std::size_t>(l)];
     for_rows([&](std::size_t r0, std::size_t r1) {
       for (std::size_t r = r0; r < r1; ++r)
-        rms_norm(s.x.data() + r * H, w.input_norm.data(), s.xn.data() + r * H,
-                 static_cast<int>(H), c.rms_norm_eps);
+        rms_norm(s.x.data() + r * H, w.input_norm.data(), s.xn.data() + r * H, static_cast<int>(H),
+                 c.rms_norm_eps);
     });
     kernels::matmul(s.xn.data(), T, w.q, s.q.data(), pool);
     kernels::matmul(s.xn.data(), T, w.k, s.k.data(), pool);
@@ -205,16 +205,13 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
     for_rows([&](std::size_t r0, std::size_t r1) {
       for (std::size_t i = r0 * H; i < r1 * H; ++i) s.x[i] += s.xn[i];
       for (std::size_t r = r0; r < r1; ++r)
-        rms_norm(s.x.data() + r * H, w.post_norm.data(), s.xn.data() + r * H,
-                 static_cast<int>(H), c.rms_norm_eps);
+        rms_norm(s.x.data() + r * H, w.post_norm.data(), s.xn.data() + r * H, static_cast<int>(H),
+                 c.rms_norm_eps);
     });
     kernels::matmul(s.xn.data(), T, w.gate, s.gate.data(), pool);
     kernels::matmul(s.xn.data(), T, w.up, s.up.data(), pool);
     for_rows([&](std::size_t r0, std::size_t r1) {
-      for (std::size_t i = r0 * I; i < r1 * I; ++i) {
-        const float g = s.gate[i];
-        s.gate[i] = g / (1.0f + std::exp(-g)) * s.up[i];
-      }
+      kernels::silu_mul(s.gate.data() + r0 * I, s.up.data() + r0 * I, (r1 - r0) * I);
     });
     kernels::matmul(s.gate.data(), T, w.down, s.xn.data(), pool);
     for_rows([&](std::size_t r0, std::size_t r1) {
