@@ -262,20 +262,12 @@ std::vector<float> make_x(std::size_t T, std::size_t K, std::mt19937& rng) {
 // in the worst case and by ~sqrt(K) * eps_f32 * sum |x_k w_k| in practice; 1e-4 * sum |x_k w_k|
 // covers K up to several thousand with margin while still catching any wrong element
 // (a wrong or missing term is of the order of |x_k w_k| itself), and 1e-6 absorbs sums near 0.
-void expect_parity(Isa isa, DType dt, std::size_t T, std::size_t K, std::size_t N,
-                   std::mt19937& rng) {
-  const Weights w = make_weights(dt, N, K, rng);
-  const std::vector<float> x = make_x(T, K, rng);
-  const kernels::MatmulRowsFn fn = kernels::matmul_rows_for(isa);
-  ASSERT_NE(fn, nullptr);
-  // Poison y so that unwritten outputs show up.
-  std::vector<float> got(T * N, std::numeric_limits<float>::quiet_NaN());
+// Checks `got` (T x N) against the reference product of x and w, to the tolerance above.
+void expect_matches_reference(const std::string& what, DType dt, std::size_t T, std::size_t K,
+                              std::size_t N, const std::vector<float>& x, const Weights& w,
+                              const std::vector<float>& got) {
   std::vector<float> ref(T * N, 0.0f);
   kernels::matmul_rows_reference(x.data(), T, w.view(), 0, N, ref.data(), N);
-  // Call the kernel on 16-aligned slices, as dispatch does, and on the whole range.
-  const std::size_t split = N > 32 ? (N / 32) * 16 : N;
-  fn(x.data(), T, w.view(), 0, split, got.data(), N);
-  if (split < N) fn(x.data(), T, w.view(), split, N, got.data(), N);
   int failures = 0;
   for (std::size_t t = 0; t < T && failures < 5; ++t) {
     for (std::size_t n = 0; n < N && failures < 5; ++n) {
@@ -286,12 +278,27 @@ void expect_parity(Isa isa, DType dt, std::size_t T, std::size_t K, std::size_t 
       const double diff = std::fabs(static_cast<double>(got[t * N + n]) - ref[t * N + n]);
       if (!(diff <= tol)) {
         ++failures;
-        ADD_FAILURE() << kernels::isa_name(isa) << " " << dtype_name(dt) << " T=" << T << " K=" << K
-                      << " N=" << N << " at t=" << t << " n=" << n << ": got " << got[t * N + n]
-                      << " want " << ref[t * N + n] << " (tol " << tol << ")";
+        ADD_FAILURE() << what << " " << dtype_name(dt) << " T=" << T << " K=" << K << " N=" << N
+                      << " at t=" << t << " n=" << n << ": got " << got[t * N + n] << " want "
+                      << ref[t * N + n] << " (tol " << tol << ")";
       }
     }
   }
+}
+
+void expect_parity(Isa isa, DType dt, std::size_t T, std::size_t K, std::size_t N,
+                   std::mt19937& rng) {
+  const Weights w = make_weights(dt, N, K, rng);
+  const std::vector<float> x = make_x(T, K, rng);
+  const kernels::MatmulRowsFn fn = kernels::matmul_rows_for(isa);
+  ASSERT_NE(fn, nullptr);
+  // Poison y so that unwritten outputs show up.
+  std::vector<float> got(T * N, std::numeric_limits<float>::quiet_NaN());
+  // Call the kernel on 16-aligned slices, as dispatch does, and on the whole range.
+  const std::size_t split = N > 32 ? (N / 32) * 16 : N;
+  fn(x.data(), T, w.view(), 0, split, got.data(), N);
+  if (split < N) fn(x.data(), T, w.view(), split, N, got.data(), N);
+  expect_matches_reference(std::string(kernels::isa_name(isa)), dt, T, K, N, x, w, got);
 }
 
 class MatmulParity : public ::testing::TestWithParam<Isa> {};
@@ -510,23 +517,11 @@ TEST(Matmul, DispatchAgreesWithReference) {
         for (std::size_t N : {5u, 40u, 1000u}) {
           const Weights w = make_weights(dt, N, K, rng);
           const std::vector<float> x = make_x(T, K, rng);
-          std::vector<float> got(T * N, std::numeric_limits<float>::quiet_NaN()), ref(T * N);
+          std::vector<float> got(T * N, std::numeric_limits<float>::quiet_NaN());
           kernels::matmul(x.data(), T, w.view(), got.data(), pool);
-          kernels::matmul_rows_reference(x.data(), T, w.view(), 0, N, ref.data(), N);
-          int failures = 0;
-          for (std::size_t t = 0; t < T && failures < 3; ++t)
-            for (std::size_t n = 0; n < N && failures < 3; ++n) {
-              double mag = 0.0;
-              for (std::size_t k = 0; k < K; ++k)
-                mag += std::fabs(static_cast<double>(x[t * K + k]) * w.f32[n * K + k]);
-              const double diff = std::fabs(static_cast<double>(got[t * N + n]) - ref[t * N + n]);
-              if (!(diff <= 1e-4 * mag + 1e-6)) {
-                ++failures;
-                ADD_FAILURE() << kernels::isa_name(kernels::active_isa()) << " " << dtype_name(dt)
-                              << " T=" << T << " K=" << K << " N=" << N << " t=" << t << " n=" << n
-                              << ": got " << got[t * N + n] << " want " << ref[t * N + n];
-              }
-            }
+          expect_matches_reference(
+              "matmul on " + std::string(kernels::isa_name(kernels::active_isa())), dt, T, K, N, x,
+              w, got);
         }
 }
 
