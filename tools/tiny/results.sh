@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces docs/RESULTS.md: accuracy against KV budget of every method on the tiny reasoning
 # model (models/rkv-tiny-reasoner), through rkv's own engine. Run from the repository root after
-# building build/rkv (scripts/quickstart.sh does). Writes runs/tiny/{greedy,greedy-bf16,sampled,
+# building build/rkv (scripts/quickstart.sh does). Writes runs/tiny/{greedy,greedy-bf16,greedy-f16,sampled,
 # steer-greedy,steer-a0/*}/ (samples, summary.md, summary.json, accuracy.svg) and
 # models/rkv-tiny-reasoner/steering.safetensors.
 # Every eval run resumes where it stopped when run again. About 50 minutes on 2 cores.
@@ -24,6 +24,13 @@ $rkv eval -m $model --dataset $data "${common[@]}" --methods $methods --temp 0 -
 echo "== greedy with a bf16 KV cache (docs/RESULTS.md, issue 16)"
 $rkv eval -m $model --dataset $data "${common[@]}" --methods $methods --temp 0 --kv-dtype bf16 \
   -o "$out/greedy-bf16"
+
+echo "== greedy with an f16 KV cache, and both paired with f32 (docs/RESULTS.md, \"Paired\")"
+$rkv eval -m $model --dataset $data "${common[@]}" --methods $methods --temp 0 --kv-dtype f16 \
+  -o "$out/greedy-f16"
+for dt in bf16 f16; do
+  python3 tools/tiny/paired.py "$out/greedy/samples.jsonl" "$out/greedy-$dt/samples.jsonl"
+done
 
 echo "== 4 samples at temperature 0.6 (top-p 0.95), the first 100 problems"
 $rkv eval -m $model --dataset $data "${common[@]}" --methods $methods --samples 4 --temp 0.6 \
