@@ -45,6 +45,8 @@ void round_activations(const float* x, std::size_t n, DType dtype, float* out);
 // y[t][n] = sum_k x[t][k] * w[n][k] for t < T, n < w.rows.
 // x: [T][w.cols] f32, y: [T][w.rows] f32. Accumulation is float32 (or better). With
 // w.precision == Rounded and 16-bit weights, x is round_activations(x) (rounded once, here).
+// AVX512-BF16 makes its bf16 parts with VCVTNEPS2BF16, which reads a denormal activation
+// (|x| < 1.2e-38) as zero.
 // Quantized weights: x is first quantized to 8 bits in blocks of 32 (quant::quantize_activations,
 // as llama.cpp does for these dot products; it keeps llama.cpp's greedy ids on its own Q8_0/Q4_0
 // goldens), each row kernel quantizing the rows of x it is given; the products are integer per
