@@ -140,12 +140,55 @@ void gemv_rows_tt(const float* x, std::size_t ldx, const char* w, std::size_t rb
   for (; n < n1; ++n) gemv_tile<D, 1, TT>(x, ldx, w + n * rb, rb, K, pf, y + n, ldy);
 }
 
+// Adds row r's products with x for columns [k, k + 16) to a; m masks the columns past the end.
+template <DType D>
+inline void fma16(const char* r, const float* x, std::size_t k, __mmask16 m, __m512& a) {
+  a = _mm512_fmadd_ps(load16_masked<D>(r, k, m), _mm512_maskz_loadu_ps(m, x + k), a);
+}
+
+// One input row (batch-1 decode), as in matmul_avx512bf16.cpp: a thread's rows [n0, n1) read as
+// two long sequential streams (the first and the second half), one row of each at a time, every
+// x load serving both; the accumulators stay in registers through the masked tail.
+template <DType D>
+void gemv_two_streams(const float* x, const char* w, std::size_t rb, std::size_t K, std::size_t n0,
+                      std::size_t n1, float* y) {
+  const std::size_t half = (n1 - n0) / 2;
+  const std::size_t kfull = K / 16 * 16;
+  const __mmask16 all = 0xffff, tail = tail_mask16(K - kfull);
+  for (std::size_t i = 0; i < half; ++i) {
+    const char* r0 = w + (n0 + i) * rb;
+    const char* r1 = r0 + half * rb;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    for (std::size_t k = 0; k < kfull; k += 16) {
+      fma16<D>(r0, x, k, all, a0);
+      fma16<D>(r1, x, k, all, a1);
+    }
+    if (kfull < K) {
+      fma16<D>(r0, x, kfull, tail, a0);
+      fma16<D>(r1, x, kfull, tail, a1);
+    }
+    y[n0 + i] = _mm512_reduce_add_ps(a0);
+    y[n0 + half + i] = _mm512_reduce_add_ps(a1);
+  }
+  if (2 * half < n1 - n0) {  // an odd row count: the last row alone
+    const char* r = w + (n1 - 1) * rb;
+    __m512 a = _mm512_setzero_ps();
+    for (std::size_t k = 0; k < kfull; k += 16) fma16<D>(r, x, k, all, a);
+    if (kfull < K) fma16<D>(r, x, kfull, tail, a);
+    y[n1 - 1] = _mm512_reduce_add_ps(a);
+  }
+}
+
 template <DType D>
 void gemv_rows(const float* x, std::size_t T, const WeightView& w, std::size_t n0, std::size_t n1,
                float* y, std::size_t ldy) {
   const std::size_t K = w.cols;
   const std::size_t rb = K * elem_size<D>();
   const char* wb = static_cast<const char*>(w.data);
+  if (T == 1) {
+    gemv_two_streams<D>(x, wb, rb, K, n0, n1, y);
+    return;
+  }
   // Blocks of 8 weight rows outside, all the inputs inside: a block (8 x K) stays in L1/L2
   // while it is reused for the second group of four inputs.
   constexpr std::size_t kNb = 8;
