@@ -5,7 +5,6 @@
 // products together, so the weights are read once per pass (DESIGN.md property 5).
 #include <cmath>
 #include <cstring>
-#include <functional>
 
 #include "core/error.h"
 #include "core/quant.h"
@@ -118,7 +117,7 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
   // of a few rows stay on the calling thread, where a parallel region would cost more than it
   // saves.
   constexpr std::size_t kRowParallelMin = 16;
-  auto for_rows = [&](const std::function<void(std::size_t, std::size_t)>& fn) {
+  auto for_rows = [&](const auto& fn) {
     if (T >= kRowParallelMin)
       pool.parallel_ranges(T, 1, fn);
     else
