@@ -528,7 +528,8 @@ TEST(Matmul, DispatchAgreesWithReference) {
 TEST(Matmul, PoolOneAndTwoThreadsIdentical) {
   std::mt19937 rng(5);
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-    for (std::size_t T : {1u, 4u, 40u}) {
+    // T = 97 and 200: 21 panels of 48 rows for 2 threads, the last split by input rows.
+    for (std::size_t T : {1u, 4u, 40u, 97u, 200u}) {
       const std::size_t K = 896, N = 1000;
       const Weights w = make_weights(dt, N, K, rng);
       const std::vector<float> x = make_x(T, K, rng);
@@ -541,6 +542,41 @@ TEST(Matmul, PoolOneAndTwoThreadsIdentical) {
           << ")";
     }
   }
+}
+
+// matmul_many gives every product bit for bit what matmul gives it alone on one thread, for
+// GEMV and GEMM row counts, an odd number of panels in all (split by input rows at the end),
+// both precisions, and a list that mixes dtypes (matmul for each).
+TEST(Matmul, ManyEqualsEachAlone) {
+  std::mt19937 rng(8);
+  ThreadPool one(1), two(2);
+  for (const auto precision : {kernels::MatmulPrecision::Exact, kernels::MatmulPrecision::Rounded})
+    for (const bool mixed : {false, true})
+      for (std::size_t T : {1u, 5u, 33u, 34u, 97u, 200u}) {
+        const std::size_t K = 300;
+        // 1000 + 130 + 17 rows: 21 + 3 + 1 panels, 25 for two threads.
+        std::vector<Weights> ws;
+        ws.push_back(make_weights(DType::BF16, 1000, K, rng));
+        ws.push_back(make_weights(mixed ? DType::F32 : DType::BF16, 130, K, rng));
+        ws.push_back(make_weights(DType::BF16, 17, K, rng));
+        const std::vector<float> x = make_x(T, K, rng);
+        std::vector<std::vector<float>> want(ws.size()), got(ws.size());
+        std::vector<kernels::MatmulProduct> products;
+        for (std::size_t i = 0; i < ws.size(); ++i) {
+          WeightView v = ws[i].view();
+          v.precision = precision;
+          want[i].assign(T * v.rows, 0.0f);
+          got[i].assign(T * v.rows, std::numeric_limits<float>::quiet_NaN());
+          kernels::matmul(x.data(), T, v, want[i].data(), one);
+          products.push_back({v, got[i].data()});
+        }
+        kernels::matmul_many(x.data(), T, products, two);
+        for (std::size_t i = 0; i < ws.size(); ++i)
+          EXPECT_EQ(std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)), 0)
+              << "product " << i << " T=" << T << (mixed ? " mixed" : "") << " "
+              << kernels::matmul_precision_name(precision) << " ("
+              << kernels::isa_name(kernels::active_isa()) << ")";
+      }
 }
 
 // ---- the llama.cpp-precision mode (MatmulPrecision::Rounded) -------------------------------

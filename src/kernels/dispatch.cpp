@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -197,28 +198,97 @@ void round_activations(const float* x, std::size_t n, DType dtype, float* out) {
   }
 }
 
+namespace {
+
+// One unit of work of the bf16 products: output rows [n0, n1) of product p for input rows
+// [t0, t1).
+struct Bf16Task {
+  std::size_t p, n0, n1, t0, t1;
+};
+
+// The tasks of bf16 products that share one input of T rows, for a pool of `threads`.
+//  * GEMM (T >= kBf16GemmMinT): one panel of kBf16GemmPanel rows a task, across every product,
+//    handed out as threads come free. When the panels do not divide evenly among the threads, the
+//    last (panels % threads) are each split into `threads` slices of the input rows, so that no
+//    thread waits a whole panel for the other at the end. A row's result does not depend on the
+//    slice it falls in (the micro-kernel computes every output on its own, in the same order).
+//  * GEMV: each product's rows in about 4 chunks a thread, aligned to 16.
+void bf16_tasks(std::span<const MatmulProduct> products, std::size_t T, std::size_t threads,
+                std::vector<Bf16Task>& tasks) {
+  tasks.clear();
+  if (T >= kBf16GemmMinT) {
+    for (std::size_t p = 0; p < products.size(); ++p) {
+      const std::size_t N = products[p].w.rows;
+      for (std::size_t n = 0; n < N; n += kBf16GemmPanel)
+        tasks.push_back({p, n, std::min(N, n + kBf16GemmPanel), 0, T});
+    }
+    const std::size_t odd = threads > 1 ? tasks.size() % threads : 0;
+    const std::size_t slice = (T + threads - 1) / threads;
+    if (odd == 0 || slice < kBf16GemmMinT) return;
+    std::vector<Bf16Task> last(tasks.end() - static_cast<std::ptrdiff_t>(odd), tasks.end());
+    tasks.resize(tasks.size() - odd);
+    const std::size_t step = (slice + 7) / 8 * 8;  // whole micro-kernel row groups
+    for (const Bf16Task& t : last)
+      for (std::size_t t0 = 0; t0 < T; t0 += step)
+        tasks.push_back({t.p, t.n0, t.n1, t0, std::min(T, t0 + step)});
+    return;
+  }
+  for (std::size_t p = 0; p < products.size(); ++p) {
+    const std::size_t N = products[p].w.rows, units = (N + 15) / 16;
+    const std::size_t chunks = std::min(units, 4 * threads);
+    const std::size_t per = units / chunks, extra = units % chunks;
+    for (std::size_t c = 0; c < chunks; ++c) {
+      const std::size_t u0 = c * per + std::min(c, extra), u1 = u0 + per + (c < extra ? 1 : 0);
+      tasks.push_back({p, u0 * 16, std::min(N, u1 * 16), 0, T});
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_many(const float* x, std::size_t T, std::span<const MatmulProduct> products,
+                 ThreadPool& pool) {
+  static const Bf16SplitFn bf16_split = bf16_split_for(active_isa());
+  static const Bf16RowsFn bf16_rows = bf16_rows_for(active_isa());
+  bool shared = bf16_split != nullptr && bf16_rows != nullptr && !products.empty();
+  for (const MatmulProduct& p : products)
+    shared = shared && p.w.dtype == DType::BF16 && p.w.cols == products[0].w.cols &&
+             p.w.precision == products[0].w.precision;
+  if (!shared) {
+    for (const MatmulProduct& p : products) matmul(x, T, p.w, p.y, pool);
+    return;
+  }
+  // Split (or, for Rounded, round) once, here, for every product and every thread's rows.
+  const std::size_t K = products[0].w.cols, kpad = (K + 31) / 32 * 32;
+  const bool lo = products[0].w.precision != MatmulPrecision::Rounded;
+  thread_local std::vector<std::uint16_t> parts;
+  parts.resize(T * 2 * kpad);
+  std::uint16_t* const buf = parts.data();  // the calling thread's buffer, for every thread
+  auto split = [&](std::size_t t0, std::size_t t1) {
+    for (std::size_t t = t0; t < t1; ++t) bf16_split(x + t * K, K, lo, kpad, buf + t * 2 * kpad);
+  };
+  if (T >= 16)
+    pool.parallel_ranges(T, 1, split);
+  else
+    split(0, T);
+  thread_local std::vector<Bf16Task> tasks;
+  bf16_tasks(products, T, static_cast<std::size_t>(pool.size()), tasks);
+  const Bf16Task* const list = tasks.data();  // the calling thread's list, for every thread
+  pool.parallel_for(tasks.size(), [&](std::size_t i) {
+    const Bf16Task& t = list[i];
+    const MatmulProduct& p = products[t.p];
+    const Bf16Activations xs{buf + t.t0 * 2 * kpad, t.t1 - t.t0, kpad, lo};
+    bf16_rows(xs, p.w, t.n0, t.n1, p.y + t.t0 * p.w.rows, p.w.rows);
+  });
+}
+
 void matmul(const float* x, std::size_t T, const WeightView& w, float* y, ThreadPool& pool) {
   static const MatmulRowsFn rows_fn = matmul_rows_for(active_isa());
   const std::size_t N = w.rows;
-  static const Bf16SplitFn bf16_split = bf16_split_for(active_isa());
-  static const Bf16RowsFn bf16_rows = bf16_rows_for(active_isa());
-  if (w.dtype == DType::BF16 && bf16_split != nullptr && bf16_rows != nullptr) {
-    // Split (or, for Rounded, round) once, here, for every thread's rows.
-    const std::size_t K = w.cols, kpad = (K + 31) / 32 * 32;
-    const bool lo = w.precision != MatmulPrecision::Rounded;
-    thread_local std::vector<std::uint16_t> parts;
-    parts.resize(T * 2 * kpad);
-    std::uint16_t* const buf = parts.data();  // the calling thread's buffer, for every thread
-    auto split = [&](std::size_t t0, std::size_t t1) {
-      for (std::size_t t = t0; t < t1; ++t) bf16_split(x + t * K, K, lo, kpad, buf + t * 2 * kpad);
-    };
-    if (T >= 16)
-      pool.parallel_ranges(T, 1, split);
-    else
-      split(0, T);
-    const Bf16Activations xs{buf, T, kpad, lo};
-    pool.parallel_ranges(
-        N, 16, [&](std::size_t n0, std::size_t n1) { bf16_rows(xs, w, n0, n1, y, N); }, 4);
+  if (w.dtype == DType::BF16 && bf16_split_for(active_isa()) != nullptr &&
+      bf16_rows_for(active_isa()) != nullptr) {
+    const MatmulProduct one{w, y};
+    matmul_many(x, T, {&one, 1}, pool);
     return;
   }
   if (w.precision == MatmulPrecision::Rounded &&

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "core/dtype.h"
@@ -53,6 +54,18 @@ void round_activations(const float* x, std::size_t n, DType dtype, float* out);
 // 32-element block, scaled and summed in float32.
 void matmul(const float* x, std::size_t T, const WeightView& w, float* y, ThreadPool& pool);
 
+// Several products of the same input: y_i = x w_i^T. Where the weights are bf16 on AVX512-BF16
+// (and share their column count and precision), the activations are split once for all of them
+// and their rows are shared out among the threads as one list, so that products too small to
+// divide evenly (a model's k and v) do not leave a thread waiting; elsewhere, matmul for each.
+// Every output is the same, bit for bit, as matmul's.
+struct MatmulProduct {
+  WeightView w;
+  float* y = nullptr;  // [T][w.rows]
+};
+void matmul_many(const float* x, std::size_t T, std::span<const MatmulProduct> products,
+                 ThreadPool& pool);
+
 // One instruction set's implementation of matmul for the output rows [n0, n1): the unit that
 // dispatch splits across threads. ldy is y's row stride.
 using MatmulRowsFn = void (*)(const float* x, std::size_t T, const WeightView& w, std::size_t n0,
@@ -86,6 +99,11 @@ using Bf16SplitFn = void (*)(const float* x, std::size_t K, bool lo, std::size_t
                              std::uint16_t* row);  // one row of x into one row of data
 using Bf16RowsFn = void (*)(const Bf16Activations& x, const WeightView& w, std::size_t n0,
                             std::size_t n1, float* y, std::size_t ldy);
+// From kBf16GemmMinT input rows Bf16RowsFn runs a packed GEMM over panels of kBf16GemmPanel
+// weight rows (below, a GEMV); matmul gives each thread whole panels, so that only a matrix's last
+// panel is partial.
+inline constexpr std::size_t kBf16GemmMinT = 34;
+inline constexpr std::size_t kBf16GemmPanel = 48;
 // nullptr where `isa` has no bf16 dot-product instruction (every ISA but Avx512Bf16).
 Bf16SplitFn bf16_split_for(Isa isa);
 Bf16RowsFn bf16_rows_for(Isa isa);

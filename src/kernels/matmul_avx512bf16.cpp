@@ -16,7 +16,7 @@
 // dispatch.cpp, through bf16_split_row; the MatmulRowsFn here splits its own copy per call):
 //  * decode (T < kGemmMinT): GEMV over the weight rows in their natural layout (which already is
 //    VDPBF16PS's pair order).
-//  * prefill: blocked GEMM; a panel of 32 weight rows x kKc columns is transposed in units of
+//  * prefill: blocked GEMM; a panel of 48 weight rows x kKc columns is transposed in units of
 //    bf16 pairs (16x16 transposes of 32-bit elements) into [k/2][32] pairs, and an outer-product
 //    micro-kernel broadcasts x pairs against the packed panel.
 //
@@ -51,9 +51,16 @@ namespace {
 // Rows from which the packed GEMM is used. Decode batches measured faster through the GEMV at
 // 9, 16 and 33 rows (Qwen2.5-0.5B shapes, docs/PERFORMANCE.md 2026-11-23); larger blocks
 // (prefill chunks) keep the GEMM.
-constexpr std::size_t kGemmMinT = 34;
+constexpr std::size_t kGemmMinT = kBf16GemmMinT;
 constexpr std::size_t kKc = 256;  // K block of the GEMM (multiple of 32)
-constexpr int kMr = 12;           // input rows per GEMM micro-kernel
+// The GEMM micro-kernel: kMr input rows x kNv vectors of 16 weight rows (a panel of
+// kBf16GemmPanel rows), 24 accumulators. Measured in L1 on the 2-core Zen 4 (one core, K block
+// 256, 2026-11-25): 8 x 3 runs at 213-228 GFLOP/s, 12 x 2 (the earlier shape) at 191-197, against
+// a peak loop of 228-235: per pair of K it issues 8 broadcasts and 3 loads for 24 VDPBF16PS, where
+// 12 x 2 issues 12 and 2. (Broadcasts folded into VDPBF16PS as {1to16} memory operands ran at 60.)
+constexpr int kMr = 8;
+constexpr int kNv = 3;
+static_assert(kBf16GemmPanel == 16 * kNv);
 
 constexpr std::size_t min_sz(std::size_t a, std::size_t b) {
   return a < b ? a : b;
@@ -342,6 +349,13 @@ constexpr std::array<MicroFn, sizeof...(I)> micro_table(std::index_sequence<I...
 template <int NV, bool kLo>
 constexpr std::array<MicroFn, kMr> kMicro = micro_table<NV, kLo>(std::make_index_sequence<kMr>());
 
+// The micro-kernels for a panel of nv vectors (1 <= nv <= kNv).
+template <bool kLo>
+const std::array<MicroFn, kMr>& micro_for(int nv) {
+  static_assert(kNv == 3);
+  return nv == 3 ? kMicro<3, kLo> : nv == 2 ? kMicro<2, kLo> : kMicro<1, kLo>;
+}
+
 template <bool kLo>
 void gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const WeightView& w,
                std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
@@ -349,23 +363,26 @@ void gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const W
   const auto* wb = static_cast<const std::uint16_t*>(w.data);
   // Row t of xs as 32-bit pairs: hi at t * kpad, lo at + kpad / 2.
   const auto* xs32 = reinterpret_cast<const std::uint32_t*>(xs);
-  alignas(64) std::uint32_t packed[(kKc / 2 + 16) * 32];
-  for (std::size_t kc = 0; kc < K; kc += kKc) {
-    const std::size_t kl = min_sz(kKc, K - kc);
-    const std::size_t kp = (kl + 1) / 2;
-    const bool accumulate = kc > 0;
-    for (std::size_t nb = n0; nb < n1; nb += 32) {
-      const std::size_t nr = min_sz(32, n1 - nb);
-      const int nv = nr > 16 ? 2 : 1;
-      const std::size_t ldp = 16 * static_cast<std::size_t>(nv);
-      pack16_pairs(wb, K, nb, min_sz(16, nr), kc, kl, packed, ldp);
-      if (nv == 2) pack16_pairs(wb, K, nb + 16, nr - 16, kc, kl, packed + 16, ldp);
-      const __mmask16 lastm = tail_mask16(nr - 16 * static_cast<std::size_t>(nv - 1));
-      const std::array<MicroFn, kMr>& table = nv == 2 ? kMicro<2, kLo> : kMicro<1, kLo>;
+  alignas(64) std::uint32_t packed[(kKc / 2 + 16) * kBf16GemmPanel];
+  // Panel by panel, and within a panel block by block along K, so that the panel's outputs
+  // (T x 48 floats, 96 KiB at T = 512) stay in L2 while they accumulate. (K blocks outermost, as
+  // before, streamed every panel's outputs through memory once per block: one thread's pp512 was
+  // 211-217 tokens/s that way against 225-234 this way, alternating, 2026-11-25.)
+  for (std::size_t nb = n0; nb < n1; nb += kBf16GemmPanel) {
+    const std::size_t nr = min_sz(kBf16GemmPanel, n1 - nb);
+    const std::size_t nv = (nr + 15) / 16;
+    const std::size_t ldp = 16 * nv;
+    const __mmask16 lastm = tail_mask16(nr - 16 * (nv - 1));
+    const std::array<MicroFn, kMr>& table = micro_for<kLo>(static_cast<int>(nv));
+    for (std::size_t kc = 0; kc < K; kc += kKc) {
+      const std::size_t kl = min_sz(kKc, K - kc);
+      const std::size_t kp = (kl + 1) / 2;
+      for (std::size_t v = 0; v < nv; ++v)
+        pack16_pairs(wb, K, nb + 16 * v, min_sz(16, nr - 16 * v), kc, kl, packed + 16 * v, ldp);
       for (std::size_t t0 = 0; t0 < T; t0 += kMr) {
         const std::size_t mr = min_sz(kMr, T - t0);
         table[mr - 1](xs32 + t0 * kpad + kc / 2, kpad, kpad / 2, packed, kp, y + t0 * ldy + nb, ldy,
-                      lastm, accumulate);
+                      lastm, kc > 0);
       }
     }
   }

@@ -136,9 +136,8 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
         rms_norm(s.x.data() + r * H, w.input_norm.data(), s.xn.data() + r * H, static_cast<int>(H),
                  c.rms_norm_eps);
     });
-    kernels::matmul(s.xn.data(), T, w.q, s.q.data(), pool);
-    kernels::matmul(s.xn.data(), T, w.k, s.k.data(), pool);
-    kernels::matmul(s.xn.data(), T, w.v, s.v.data(), pool);
+    const kernels::MatmulProduct qkv[] = {{w.q, s.q.data()}, {w.k, s.k.data()}, {w.v, s.v.data()}};
+    kernels::matmul_many(s.xn.data(), T, qkv, pool);
     for_rows([&](std::size_t r0, std::size_t r1) {
       add_bias(s.q.data(), w.q_bias, r0, r1);
       add_bias(s.k.data(), w.k_bias, r0, r1);
@@ -207,8 +206,8 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
         rms_norm(s.x.data() + r * H, w.post_norm.data(), s.xn.data() + r * H, static_cast<int>(H),
                  c.rms_norm_eps);
     });
-    kernels::matmul(s.xn.data(), T, w.gate, s.gate.data(), pool);
-    kernels::matmul(s.xn.data(), T, w.up, s.up.data(), pool);
+    const kernels::MatmulProduct gate_up[] = {{w.gate, s.gate.data()}, {w.up, s.up.data()}};
+    kernels::matmul_many(s.xn.data(), T, gate_up, pool);
     for_rows([&](std::size_t r0, std::size_t r1) {
       kernels::silu_mul(s.gate.data() + r0 * I, s.up.data() + r0 * I, (r1 - r0) * I);
     });
