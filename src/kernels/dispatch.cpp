@@ -261,11 +261,12 @@ void matmul_many(const float* x, std::size_t T, std::span<const MatmulProduct> p
   // Split (or, for Rounded, round) once, here, for every product and every thread's rows.
   const std::size_t K = products[0].w.cols, kpad = (K + 31) / 32 * 32;
   const bool lo = products[0].w.precision != MatmulPrecision::Rounded;
+  const std::size_t ld = Bf16Activations::row_stride(kpad, lo);
   thread_local std::vector<std::uint16_t> parts;
-  parts.resize(T * 2 * kpad);
+  parts.resize(T * ld);
   std::uint16_t* const buf = parts.data();  // the calling thread's buffer, for every thread
   auto split = [&](std::size_t t0, std::size_t t1) {
-    for (std::size_t t = t0; t < t1; ++t) bf16_split(x + t * K, K, lo, kpad, buf + t * 2 * kpad);
+    for (std::size_t t = t0; t < t1; ++t) bf16_split(x + t * K, K, lo, kpad, buf + t * ld);
   };
   if (T >= 16)
     pool.parallel_ranges(T, 1, split);
@@ -277,7 +278,7 @@ void matmul_many(const float* x, std::size_t T, std::span<const MatmulProduct> p
   pool.parallel_for(tasks.size(), [&](std::size_t i) {
     const Bf16Task& t = list[i];
     const MatmulProduct& p = products[t.p];
-    const Bf16Activations xs{buf + t.t0 * 2 * kpad, t.t1 - t.t0, kpad, lo};
+    const Bf16Activations xs{buf + t.t0 * ld, t.t1 - t.t0, kpad, lo};
     bf16_rows(xs, p.w, t.n0, t.n1, p.y + t.t0 * p.w.rows, p.w.rows);
   });
 }

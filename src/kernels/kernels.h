@@ -87,13 +87,16 @@ void matmul_rows_reference(const float* x, std::size_t T, const WeightView& w, s
 // ---- bf16 weights on AVX512-BF16 ----
 // matmul splits the activations into bf16 parts once (hi = bf16(x), and for the exact precision
 // lo = bf16(x - hi)) for every thread's rows, as it quantizes them once for quantized weights, and
-// splits the rows over threads with Bf16RowsFn. Row t of `data`: hi at t * 2 * kpad, lo at
-// t * 2 * kpad + kpad (kpad = cols rounded up to 32; zero past cols).
+// splits the rows over threads with Bf16RowsFn. Row t of `data` starts at t * row_stride(): hi,
+// then (exact precision only) lo at + kpad (kpad = cols rounded up to 32; zero past cols). The
+// rounded precision's rows are hi alone, packed, so the GEMM's input takes half the cache.
 struct Bf16Activations {
   const std::uint16_t* data = nullptr;
   std::size_t T = 0;
   std::size_t kpad = 0;
   bool lo = true;
+  static std::size_t row_stride(std::size_t kpad, bool lo) { return lo ? 2 * kpad : kpad; }
+  std::size_t row_stride() const { return row_stride(kpad, lo); }
 };
 using Bf16SplitFn = void (*)(const float* x, std::size_t K, bool lo, std::size_t kpad,
                              std::uint16_t* row);  // one row of x into one row of data

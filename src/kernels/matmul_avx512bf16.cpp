@@ -251,7 +251,7 @@ template <bool kLo>
 void gemv_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const WeightView& w,
                std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
   const std::size_t K = w.cols;
-  const std::size_t ldxs = 2 * kpad;
+  const std::size_t ldxs = Bf16Activations::row_stride(kpad, kLo);
   const auto* wb = static_cast<const std::uint16_t*>(w.data);
   if (T == 1) {
     gemv_rows_stream<kLo>(xs, kpad, wb, K, n0, n1, y);
@@ -361,8 +361,9 @@ void gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const W
                std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
   const std::size_t K = w.cols;
   const auto* wb = static_cast<const std::uint16_t*>(w.data);
-  // Row t of xs as 32-bit pairs: hi at t * kpad, lo at + kpad / 2.
+  // Row t of xs as 32-bit pairs: hi at t * ld32, lo (kLo) at + kpad / 2.
   const auto* xs32 = reinterpret_cast<const std::uint32_t*>(xs);
+  const std::size_t ld32 = Bf16Activations::row_stride(kpad, kLo) / 2;
   alignas(64) std::uint32_t packed[(kKc / 2 + 16) * kBf16GemmPanel];
   // Panel by panel, and within a panel block by block along K, so that the panel's outputs
   // (T x 48 floats, 96 KiB at T = 512) stay in L2 while they accumulate. (K blocks outermost, as
@@ -381,7 +382,7 @@ void gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const W
         pack16_pairs(wb, K, nb + 16 * v, min_sz(16, nr - 16 * v), kc, kl, packed + 16 * v, ldp);
       for (std::size_t t0 = 0; t0 < T; t0 += kMr) {
         const std::size_t mr = min_sz(kMr, T - t0);
-        table[mr - 1](xs32 + t0 * kpad + kc / 2, kpad, kpad / 2, packed, kp, y + t0 * ldy + nb, ldy,
+        table[mr - 1](xs32 + t0 * ld32 + kc / 2, ld32, kpad / 2, packed, kp, y + t0 * ldy + nb, ldy,
                       lastm, kc > 0);
       }
     }
@@ -418,9 +419,9 @@ void matmul_rows_avx512bf16(const float* x, std::size_t T, const WeightView& w, 
   // Rounded: the activations are bf16 (hi) alone, one product per weight pair.
   const bool lo = w.precision != MatmulPrecision::Rounded;
   const std::size_t kpad = round_up(w.cols, 32);
-  auto* xs = static_cast<std::uint16_t*>(tls_x.get(T * 2 * kpad * sizeof(std::uint16_t)));
-  for (std::size_t t = 0; t < T; ++t)
-    bf16_split_row(x + t * w.cols, w.cols, lo, kpad, xs + t * 2 * kpad);
+  const std::size_t ld = Bf16Activations::row_stride(kpad, lo);
+  auto* xs = static_cast<std::uint16_t*>(tls_x.get(T * ld * sizeof(std::uint16_t)));
+  for (std::size_t t = 0; t < T; ++t) bf16_split_row(x + t * w.cols, w.cols, lo, kpad, xs + t * ld);
   bf16_rows({xs, T, kpad, lo}, w, n0, n1, y, ldy);
 }
 
