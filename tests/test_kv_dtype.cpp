@@ -335,6 +335,56 @@ TEST_P(KvAttentionParity, AgainstReferenceAndDoublePrecision) {
   }
 }
 
+// attention_rows_for: R consecutive query rows of one sequence (row i sees n0 + i keys) give
+// each row what the one-row kernel gives it, bit for bit (AVX-512 shares key transposes and value
+// conversions across the rows; the others run the rows one by one). Strides are not G * d, and
+// n0 and R put rows' ends inside and at the edges of blocks of 16 keys and chunks of 64 values.
+TEST_P(KvAttentionParity, RowsEqualEachRowAlone) {
+  const auto [isa, dtype] = GetParam();
+  if (!kernels::isa_supported(isa))
+    GTEST_SKIP() << kernels::isa_name(isa) << " is not supported by this CPU";
+  const kernels::AttentionFn one = kernels::attention_for(isa, dtype);
+  const kernels::AttentionRowsFn rows =
+      kernels::attention_rows_for(isa, dtype, kernels::AttentionPrecision::Exact);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<int> dims = {64, 128};
+  if (dtype != KvDtype::q8_0) dims.push_back(80);
+  for (int d : dims)
+    for (int G : {1, 7})
+      for (int n0 : {1, 15, 16, 17, 64, 100})
+        for (int R : {1, 2, 16, 20}) {
+          SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(G) +
+                       " n0=" + std::to_string(n0) + " R=" + std::to_string(R));
+          const auto D = static_cast<std::size_t>(d);
+          const std::size_t N = static_cast<std::size_t>(n0 + R - 1), rb = kv_row_bytes(dtype, d);
+          const std::size_t qs = static_cast<std::size_t>(G) * D + 3, os = qs + 2;
+          const auto RR = static_cast<std::size_t>(R);
+          std::vector<float> q(RR * qs), k(N * D), v(N * D);
+          for (float& x : q) x = dist(rng);
+          for (float& x : k) x = dist(rng);
+          for (float& x : v) x = dist(rng);
+          std::vector<std::byte> ks(N * rb), vs(N * rb);
+          for (std::size_t j = 0; j < N; ++j) {
+            kv_encode_row(dtype, k.data() + j * D, d, ks.data() + j * rb);
+            kv_encode_row(dtype, v.data() + j * D, d, vs.data() + j * rb);
+          }
+          const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+          std::vector<float> want(RR * os, 0.0f), got(RR * os, 0.0f);
+          std::vector<float> probs(static_cast<std::size_t>(G) * N), scratch(RR * G * N);
+          for (int i = 0; i < R; ++i)
+            one(q.data() + static_cast<std::size_t>(i) * qs, G, d, ks.data(), vs.data(), n0 + i,
+                scale, want.data() + static_cast<std::size_t>(i) * os, probs.data());
+          rows(q.data(), qs, R, G, d, ks.data(), vs.data(), n0, scale, got.data(), os,
+               scratch.data());
+          for (std::size_t i = 0; i < RR; ++i)
+            ASSERT_EQ(std::memcmp(want.data() + i * os, got.data() + i * os,
+                                  static_cast<std::size_t>(G) * D * sizeof(float)),
+                      0)
+                << "row " << i;
+        }
+}
+
 std::vector<KernelCase> kernel_cases() {
   std::vector<KernelCase> cases;
   for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512})

@@ -21,6 +21,16 @@ namespace rkv::kernels {
 using AttentionFn = void (*)(const float* q, int G, int d, const void* keys, const void* values,
                              int n, float scale, float* out, float* probs);
 
+// Causal attention of R consecutive query tokens of one sequence against one KV head's cache:
+// row i (its G heads at q + i * q_stride) sees the first n0 + i rows of keys and values, and its
+// output goes to out + i * out_stride. Every row's result is AttentionFn's for it with
+// n = n0 + i, bit for bit; the AVX-512 kernel shares its work across the rows (each block of 16
+// keys transposed, each chunk of values widened, once for all of them). probs: scratch of
+// R * G * (n0 + R - 1) floats (unlike AttentionFn's, not the probabilities on return).
+using AttentionRowsFn = void (*)(const float* q, std::size_t q_stride, int R, int G, int d,
+                                 const void* keys, const void* values, int n0, float scale,
+                                 float* out, std::size_t out_stride, float* probs);
+
 // The arithmetic of the attention (`--attention-precision`):
 //  * Exact (the default): as documented above, float32 throughout.
 //  * LlamaCpp: llama.cpp's CPU flash attention (attention_llamacpp.cpp): q, keys and values
@@ -36,6 +46,11 @@ AttentionFn attention_fn(KvDtype dtype = KvDtype::f32);
 // The same in a given precision (LlamaCpp: the portable kernel of attention_llamacpp.cpp).
 AttentionFn attention_fn(KvDtype dtype, AttentionPrecision precision);
 AttentionFn attention_llamacpp_for(KvDtype dtype);
+// The rows version for the active instruction set: AVX-512's shared kernel for exact attention
+// at head sizes 64 and 128; elsewhere attention_fn(dtype, precision) row by row.
+AttentionRowsFn attention_rows_fn(KvDtype dtype, AttentionPrecision precision);
+// The same for one instruction set.
+AttentionRowsFn attention_rows_for(Isa isa, KvDtype dtype, AttentionPrecision precision);
 
 // The implementation for one instruction set (callers check kernels::isa_supported first).
 AttentionFn attention_for(Isa isa, KvDtype dtype = KvDtype::f32);

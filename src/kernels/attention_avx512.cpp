@@ -267,7 +267,106 @@ void attention_typed(const float* q, int G, int d, const void* keys_v, const voi
   }
 }
 
+// AttentionRowsFn (attention.h) for head size D: what attention_typed computes for each row, in
+// the same order, bit for bit, with the work that does not depend on the row done once: each
+// block of 16 keys is transposed once for every row that sees it (a row's lanes past its own
+// keys are masked, as the zero lanes of attention_typed's last block are), and each chunk of
+// kPvChunk values is widened to float32 once into vf, which output_chunk then reads as f32 rows
+// (exact values either way).
+// f32 rows of the widened-values scratch: in L1 already, prefetched once a row, not per vector.
+struct ScratchRow : Row<KvDtype::f32> {
+  static constexpr int kPrefetchEvery = 1 << 20;
+};
+
+template <KvDtype T, int D>
+void attention_rows_blocked(const float* q, std::size_t q_stride, int R, int G,
+                            const std::byte* keys, const std::byte* values, int n0, float scale,
+                            float* out, std::size_t out_stride, float* probs) {
+  constexpr int L = Lanes16::kLanes, NV = D / 16, GB = 16 / NV;
+  const std::size_t row_bytes = kv_row_bytes(T, D);
+  const int n_last = n0 + R - 1;
+  const std::size_t pstride = static_cast<std::size_t>(G) * static_cast<std::size_t>(n_last);
+  alignas(64) float kt[D * L];
+  for (int j0 = 0; j0 < n_last; j0 += L) {
+    const int rows = n_last - j0 < L ? n_last - j0 : L;
+    const std::byte* block = keys + static_cast<std::size_t>(j0) * row_bytes;
+    if (rows == L) {
+      Lanes16::transpose_block<D, Row<T>, true>(block, row_bytes, rows, kt);
+    } else {
+      Lanes16::transpose_block<D, Row<T>, false>(block, row_bytes, rows, kt);
+    }
+    for (int i = 0; i < R; ++i) {
+      const int n = n0 + i;
+      if (n <= j0) continue;
+      const int ri = n - j0 < L ? n - j0 : L;
+      for (int g0 = 0; g0 < G; g0 += kGroup)
+        scores_group<Lanes16, D, kGroup>(G - g0 < kGroup ? G - g0 : kGroup,
+                                         q + static_cast<std::size_t>(i) * q_stride, g0, kt, n, j0,
+                                         ri, scale, probs + static_cast<std::size_t>(i) * pstride);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    softmax_rows_avx512(probs + static_cast<std::size_t>(i) * pstride, G, n0 + i);
+    float* o = out + static_cast<std::size_t>(i) * out_stride;
+    for (int k = 0; k < G * D; ++k) o[k] = 0.0f;
+  }
+  alignas(64) float vf[kPvChunk * D];
+  const auto* vrows = reinterpret_cast<const std::byte*>(vf);
+  constexpr std::size_t vf_row_bytes = D * sizeof(float);
+  for (int j0 = 0; j0 < n_last; j0 += kPvChunk) {
+    const int j1 = n_last - j0 < kPvChunk ? n_last : j0 + kPvChunk;
+    for (int j = j0; j < j1; ++j)
+      for (int c = 0; c < D; c += 16)
+        _mm512_store_ps(vf + (j - j0) * D + c,
+                        Row<T>::load16(values + static_cast<std::size_t>(j) * row_bytes, c));
+    for (int i = 0; i < R; ++i) {
+      const int n = n0 + i;
+      if (n <= j0) continue;
+      // Row i's probabilities from key j0 on, so that vf's row 0 is key j0.
+      const float* p = probs + static_cast<std::size_t>(i) * pstride + j0;
+      float* o = out + static_cast<std::size_t>(i) * out_stride;
+      const int len = (n < j1 ? n : j1) - j0;
+      for (int g0 = 0; g0 < G; g0 += GB)
+        output_group<ScratchRow, NV, GB>(G - g0 < GB ? G - g0 : GB, p, n, g0, vrows, vf_row_bytes,
+                                         0, len, o);
+    }
+  }
+}
+
+template <KvDtype T>
+void attention_rows_typed(const float* q, std::size_t q_stride, int R, int G, int d,
+                          const void* keys, const void* values, int n0, float scale, float* out,
+                          std::size_t out_stride, float* probs) {
+  if (R > 1 && d == 64) {
+    attention_rows_blocked<T, 64>(q, q_stride, R, G, static_cast<const std::byte*>(keys),
+                                  static_cast<const std::byte*>(values), n0, scale, out, out_stride,
+                                  probs);
+  } else if (R > 1 && d == 128) {
+    attention_rows_blocked<T, 128>(q, q_stride, R, G, static_cast<const std::byte*>(keys),
+                                   static_cast<const std::byte*>(values), n0, scale, out,
+                                   out_stride, probs);
+  } else {
+    for (int i = 0; i < R; ++i)
+      attention_typed<T>(q + static_cast<std::size_t>(i) * q_stride, G, d, keys, values, n0 + i,
+                         scale, out + static_cast<std::size_t>(i) * out_stride, probs);
+  }
+}
+
 }  // namespace
+
+AttentionRowsFn attention_rows_avx512_for(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::f32:
+      return &attention_rows_typed<KvDtype::f32>;
+    case KvDtype::bf16:
+      return &attention_rows_typed<KvDtype::bf16>;
+    case KvDtype::f16:
+      return &attention_rows_typed<KvDtype::f16>;
+    case KvDtype::q8_0:
+      return &attention_rows_typed<KvDtype::q8_0>;
+  }
+  return &attention_rows_typed<KvDtype::f32>;
+}
 
 AttentionFn attention_avx512_for(KvDtype dtype) {
   switch (dtype) {

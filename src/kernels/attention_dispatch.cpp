@@ -13,6 +13,7 @@ void vec_exp_reference(float*, int);
 #if defined(__x86_64__)
 AttentionFn attention_avx2_for(KvDtype dtype);
 AttentionFn attention_avx512_for(KvDtype dtype);
+AttentionRowsFn attention_rows_avx512_for(KvDtype dtype);
 KvDecodeFn kv_decode_avx2_fn();
 KvDecodeFn kv_decode_avx512_fn();
 void vec_exp_avx2(float*, int);
@@ -44,6 +45,72 @@ AttentionFn attention_fn(KvDtype dtype) {
 AttentionFn attention_fn(KvDtype dtype, AttentionPrecision precision) {
   return precision == AttentionPrecision::LlamaCpp ? attention_llamacpp_for(dtype)
                                                    : attention_fn(dtype);
+}
+
+namespace {
+
+// AttentionRowsFn row by row through an AttentionFn.
+template <AttentionFn (*Pick)(KvDtype), KvDtype T>
+void attention_rows_each(const float* q, std::size_t q_stride, int R, int G, int d,
+                         const void* keys, const void* values, int n0, float scale, float* out,
+                         std::size_t out_stride, float* probs) {
+  static const AttentionFn fn = Pick(T);
+  for (int i = 0; i < R; ++i)
+    fn(q + static_cast<std::size_t>(i) * q_stride, G, d, keys, values, n0 + i, scale,
+       out + static_cast<std::size_t>(i) * out_stride, probs);
+}
+
+template <AttentionFn (*Pick)(KvDtype)>
+AttentionRowsFn rows_each(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::f32:
+      return &attention_rows_each<Pick, KvDtype::f32>;
+    case KvDtype::bf16:
+      return &attention_rows_each<Pick, KvDtype::bf16>;
+    case KvDtype::f16:
+      return &attention_rows_each<Pick, KvDtype::f16>;
+    case KvDtype::q8_0:
+      return &attention_rows_each<Pick, KvDtype::q8_0>;
+  }
+  return &attention_rows_each<Pick, KvDtype::f32>;
+}
+
+AttentionFn active_exact(KvDtype dtype) {
+  return attention_fn(dtype);
+}
+AttentionFn reference_exact(KvDtype dtype) {
+  return attention_reference_for(dtype);
+}
+#if defined(__x86_64__)
+AttentionFn avx2_exact(KvDtype dtype) {
+  return attention_avx2_for(dtype);
+}
+#endif
+
+}  // namespace
+
+AttentionRowsFn attention_rows_for(Isa isa, KvDtype dtype, AttentionPrecision precision) {
+  if (precision == AttentionPrecision::LlamaCpp) return rows_each<&attention_llamacpp_for>(dtype);
+#if defined(__x86_64__)
+  switch (isa) {
+    case Isa::Avx512:
+    case Isa::Avx512Bf16:
+      return attention_rows_avx512_for(dtype);
+    case Isa::Avx2:
+      return rows_each<&avx2_exact>(dtype);
+    case Isa::Reference:
+      break;
+  }
+#endif
+  (void)isa;
+  return rows_each<&reference_exact>(dtype);
+}
+
+AttentionRowsFn attention_rows_fn(KvDtype dtype, AttentionPrecision precision) {
+  if (precision == AttentionPrecision::LlamaCpp) return rows_each<&attention_llamacpp_for>(dtype);
+  if (active_isa() == Isa::Avx512 || active_isa() == Isa::Avx512Bf16)
+    return attention_rows_for(active_isa(), dtype, precision);
+  return rows_each<&active_exact>(dtype);
 }
 
 std::string_view attention_precision_name(AttentionPrecision p) {

@@ -3,6 +3,8 @@
 //   h += down_proj(silu(gate_proj(x)) * up_proj(x)) of post_attention_layernorm(h)
 // then the final norm and lm_head, all in float32. Rows of many sequences go through the matrix
 // products together, so the weights are read once per pass (DESIGN.md property 5).
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -117,6 +119,8 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
   // of a few rows stay on the calling thread, where a parallel region would cost more than it
   // saves.
   constexpr std::size_t kRowParallelMin = 16;
+  // Rows of one sequence that attend together (attention_rows_fn).
+  constexpr std::size_t kAttentionRowBlock = 16;
   auto for_rows = [&](const auto& fn) {
     if (T >= kRowParallelMin)
       pool.parallel_ranges(T, 1, fn);
@@ -126,6 +130,15 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
 
   // Where each row's own entry lands in its cache, and how many entries it may attend to.
   std::vector<int> visible(T);
+  struct RowBlock {
+    std::size_t r0, R;
+  };
+  std::vector<RowBlock> blocks;
+  const std::array<kernels::AttentionRowsFn, 4> rows_fns = {
+      kernels::attention_rows_fn(KvDtype::f32, attention_precision_),
+      kernels::attention_rows_fn(KvDtype::bf16, attention_precision_),
+      kernels::attention_rows_fn(KvDtype::f16, attention_precision_),
+      kernels::attention_rows_fn(KvDtype::q8_0, attention_precision_)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const bool want_probs = observer != nullptr && observer->wants_attention_probs();
 
@@ -181,9 +194,37 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
       if (want_probs) observer->attention_probs(l, rows, r, h, probs.data(), G, n);
     };
     if (!want_probs) {
-      pool.parallel_for(T * static_cast<std::size_t>(Hkv), [&](std::size_t task) {
-        attend(task / static_cast<std::size_t>(Hkv),
-               static_cast<int>(task % static_cast<std::size_t>(Hkv)));
+      // Consecutive rows of one sequence in blocks (row i of a block sees one more entry than
+      // row i - 1), each block's rows against one KV head at once: the kernel shares its key
+      // transposes and value conversions across them. A block's scratch probabilities,
+      // rows x G x n floats, are kept to about 256 KiB (L2). Blocks are listed from each
+      // sequence's end, so the longest go first to the pool.
+      blocks.clear();
+      for (std::size_t b = T; b > 0;) {
+        std::size_t a = b - 1;
+        while (a > 0 && rows[a - 1].cache == rows[b - 1].cache) --a;  // this sequence: [a, b)
+        for (std::size_t e = b; e > a;) {
+          const auto n_last = static_cast<std::size_t>(visible[e - 1]);
+          const std::size_t fit = (std::size_t{256} << 10) / (sizeof(float) * G * n_last + 1);
+          const std::size_t len = std::clamp<std::size_t>(fit, 1, kAttentionRowBlock);
+          const std::size_t s0 = e - a > len ? e - len : a;
+          blocks.push_back({s0, e - s0});
+          e = s0;
+        }
+        b = a;
+      }
+      pool.parallel_for(blocks.size() * static_cast<std::size_t>(Hkv), [&](std::size_t task) {
+        const RowBlock& blk = blocks[task / static_cast<std::size_t>(Hkv)];
+        const int h = static_cast<int>(task % static_cast<std::size_t>(Hkv));
+        const KvCache& cache = *rows[blk.r0].cache;
+        const int n0 = visible[blk.r0];
+        thread_local std::vector<float> probs;
+        probs.resize(blk.R * static_cast<std::size_t>(G) *
+                     static_cast<std::size_t>(n0 + static_cast<int>(blk.R) - 1));
+        const std::size_t off = blk.r0 * QD + static_cast<std::size_t>(h) * G * D;
+        rows_fns[static_cast<int>(cache.dtype())](s.q.data() + off, QD, static_cast<int>(blk.R), G,
+                                                  D, cache.keys(l, h).data, cache.values(l, h).data,
+                                                  n0, scale, s.attn.data() + off, QD, probs.data());
       });
     } else {
       // The observer accumulates into per-(sequence, head) arrays: one task per (sequence, KV
