@@ -268,6 +268,24 @@ struct KernelCase {
 
 class KvAttentionParity : public ::testing::TestWithParam<KernelCase> {};
 
+// n rows of d keys and of d values, standard normal, encoded in dtype (row stride
+// kv_row_bytes(dtype, d)).
+void random_kv(KvDtype dtype, int d, std::size_t n, std::mt19937& rng, std::vector<std::byte>& ks,
+               std::vector<std::byte>& vs) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const auto D = static_cast<std::size_t>(d);
+  const std::size_t rb = kv_row_bytes(dtype, d);
+  std::vector<float> k(n * D), v(n * D);
+  for (float& x : k) x = dist(rng);
+  for (float& x : v) x = dist(rng);
+  ks.assign(n * rb, std::byte{0});
+  vs.assign(n * rb, std::byte{0});
+  for (std::size_t j = 0; j < n; ++j) {
+    kv_encode_row(dtype, k.data() + j * D, d, ks.data() + j * rb);
+    kv_encode_row(dtype, v.data() + j * D, d, vs.data() + j * rb);
+  }
+}
+
 // Every instruction set's kernel for a cache dtype, against (1) the formula in double precision
 // on the dequantized keys and values (what the kernel must compute: the stored values exactly)
 // and (2) the portable reference kernel. Head sizes 64 and 128 take the blocked kernels, others
@@ -284,22 +302,16 @@ TEST_P(KvAttentionParity, AgainstReferenceAndDoublePrecision) {
   std::vector<int> dims = {64, 128, 96};
   if (dtype != KvDtype::q8_0) dims.push_back(80);
   for (int d : dims) {
-    const std::size_t rb = kv_row_bytes(dtype, d);
     for (int G : {1, 7, 9}) {
       for (int n : {1, 17, 65, 300}) {
         SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(G) +
                      " n=" + std::to_string(n));
         const auto D = static_cast<std::size_t>(d);
         const auto N = static_cast<std::size_t>(n);
-        std::vector<float> q(static_cast<std::size_t>(G) * D), k(N * D), v(N * D);
+        std::vector<float> q(static_cast<std::size_t>(G) * D);
         for (float& x : q) x = dist(rng);
-        for (float& x : k) x = dist(rng);
-        for (float& x : v) x = dist(rng);
-        std::vector<std::byte> ks(N * rb), vs(N * rb);
-        for (std::size_t j = 0; j < N; ++j) {
-          kv_encode_row(dtype, k.data() + j * D, d, ks.data() + j * rb);
-          kv_encode_row(dtype, v.data() + j * D, d, vs.data() + j * rb);
-        }
+        std::vector<std::byte> ks, vs;
+        random_kv(dtype, d, N, rng, ks, vs);
         // The dequantized values: the reference conversion, and this ISA's (bit for bit).
         std::vector<float> kd(N * D), vd(N * D), kd_isa(N * D, -1.0f);
         kv_decode_rows_reference(dtype, ks.data(), N, d, kd.data());
@@ -357,18 +369,13 @@ TEST_P(KvAttentionParity, RowsEqualEachRowAlone) {
           SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(G) +
                        " n0=" + std::to_string(n0) + " R=" + std::to_string(R));
           const auto D = static_cast<std::size_t>(d);
-          const std::size_t N = static_cast<std::size_t>(n0 + R - 1), rb = kv_row_bytes(dtype, d);
+          const auto N = static_cast<std::size_t>(n0 + R - 1);
           const std::size_t qs = static_cast<std::size_t>(G) * D + 3, os = qs + 2;
           const auto RR = static_cast<std::size_t>(R);
-          std::vector<float> q(RR * qs), k(N * D), v(N * D);
+          std::vector<float> q(RR * qs);
           for (float& x : q) x = dist(rng);
-          for (float& x : k) x = dist(rng);
-          for (float& x : v) x = dist(rng);
-          std::vector<std::byte> ks(N * rb), vs(N * rb);
-          for (std::size_t j = 0; j < N; ++j) {
-            kv_encode_row(dtype, k.data() + j * D, d, ks.data() + j * rb);
-            kv_encode_row(dtype, v.data() + j * D, d, vs.data() + j * rb);
-          }
+          std::vector<std::byte> ks, vs;
+          random_kv(dtype, d, N, rng, ks, vs);
           const float scale = 1.0f / std::sqrt(static_cast<float>(d));
           std::vector<float> want(RR * os, 0.0f), got(RR * os, 0.0f);
           std::vector<float> probs(static_cast<std::size_t>(G) * N), scratch(RR * G * N);
