@@ -554,11 +554,12 @@ TEST(Matmul, ManyEqualsEachAlone) {
     for (const bool mixed : {false, true})
       for (std::size_t T : {1u, 5u, 33u, 34u, 97u, 200u}) {
         const std::size_t K = 300;
-        // 1000 + 130 + 17 rows: 21 + 3 + 1 panels, 25 for two threads.
+        // 1000 + 130 + 17 + 0 rows: 21 + 3 + 1 panels, 25 for two threads.
         std::vector<Weights> ws;
         ws.push_back(make_weights(DType::BF16, 1000, K, rng));
         ws.push_back(make_weights(mixed ? DType::F32 : DType::BF16, 130, K, rng));
         ws.push_back(make_weights(DType::BF16, 17, K, rng));
+        ws.push_back(make_weights(DType::BF16, 0, K, rng));  // no rows: nothing to do
         const std::vector<float> x = make_x(T, K, rng);
         std::vector<std::vector<float>> want(ws.size()), got(ws.size());
         std::vector<kernels::MatmulProduct> products;

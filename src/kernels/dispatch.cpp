@@ -235,6 +235,7 @@ void bf16_tasks(std::span<const MatmulProduct> products, std::size_t T, std::siz
   }
   for (std::size_t p = 0; p < products.size(); ++p) {
     const std::size_t N = products[p].w.rows, units = (N + 15) / 16;
+    if (units == 0) continue;
     const std::size_t chunks = std::min(units, 4 * threads);
     const std::size_t per = units / chunks, extra = units % chunks;
     for (std::size_t c = 0; c < chunks; ++c) {
