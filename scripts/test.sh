@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds rkv and runs the whole test suite: the release build's tests (the server's JavaScript
 # client tests among them), then the same tests under AddressSanitizer + UndefinedBehaviorSanitizer,
-# then the engine and server tests under ThreadSanitizer. `scripts/test.sh --fast` skips the
+# then the engine, server and kernel tests under ThreadSanitizer. `scripts/test.sh --fast` skips the
 # sanitizer runs.
 # The golden files are read from ../shared (tests that need them skip, saying so, when absent).
 set -euo pipefail
