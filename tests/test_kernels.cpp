@@ -573,7 +573,9 @@ TEST(Matmul, ManyEqualsEachAlone) {
         }
         kernels::matmul_many(x.data(), T, products, two);
         for (std::size_t i = 0; i < ws.size(); ++i)
-          EXPECT_EQ(std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)), 0)
+          EXPECT_TRUE(want[i].empty() ||  // (memcmp may not be given the null of an empty vector)
+                      std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)) ==
+                          0)
               << "product " << i << " T=" << T << (mixed ? " mixed" : "") << " "
               << kernels::matmul_precision_name(precision) << " ("
               << kernels::isa_name(kernels::active_isa()) << ")";
