@@ -339,7 +339,8 @@ TEST_P(MatmulParity, OddShapes) {
 }
 
 // The blocked GEMM's edges: more input rows than one row block (96 on AVX2), more weight rows
-// than one packed block (256), K over one K block (256), each with partial blocks and panels.
+// than one packed block (256), K over one K block (256 on AVX2, 8192 on AVX512-BF16), each with
+// partial blocks and panels.
 TEST_P(MatmulParity, BlockedGemmShapes) {
   const Isa isa = GetParam();
   if (!kernels::isa_supported(isa)) {
@@ -351,7 +352,8 @@ TEST_P(MatmulParity, BlockedGemmShapes) {
     std::size_t T, K, N;
   };
   for (DType dt : {DType::F32, DType::BF16, DType::F16})
-    for (const Case c : {Case{97, 300, 530}, Case{200, 600, 300}, Case{34, 257, 17}}) {
+    for (const Case c :
+         {Case{97, 300, 530}, Case{200, 600, 300}, Case{34, 257, 17}, Case{41, 8300, 50}}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " T=" + std::to_string(c.T) +
                    " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N));
       expect_parity(isa, dt, c.T, c.K, c.N, rng);

@@ -52,7 +52,11 @@ namespace {
 // 9, 16 and 33 rows (Qwen2.5-0.5B shapes, docs/PERFORMANCE.md 2026-11-23); larger blocks
 // (prefill chunks) keep the GEMM.
 constexpr std::size_t kGemmMinT = kBf16GemmMinT;
-constexpr std::size_t kKc = 256;  // K block of the GEMM (multiple of 32)
+// K block of the GEMM (a multiple of 32). Large enough that no K of the shapes measured is
+// blocked: against blocks of 256 (the panel in L1, the outputs accumulated once a block), pp512 in
+// the llama.cpp-precision mode went from 398-431 to 457-475 tokens/s (2 threads, alternating,
+// 2026-11-25; blocks of 1024 and 2048 measured between the two). The panel streams from L2.
+constexpr std::size_t kKc = 8192;
 // The GEMM micro-kernel: kMr input rows x kNv vectors of 16 weight rows (a panel of
 // kBf16GemmPanel rows), 24 accumulators. Measured in L1 on the 2-core Zen 4 (one core, K block
 // 256, 2026-11-25): 8 x 3 runs at 213-228 GFLOP/s, 12 x 2 (the earlier shape) at 191-197, against
@@ -95,6 +99,7 @@ class Scratch {
 };
 
 thread_local Scratch tls_x;
+thread_local Scratch tls_packed;  // the GEMM's packed weight panel
 
 inline __mmask32 tail_mask32(std::size_t n) {
   return n >= 32 ? 0xffffffffu : static_cast<__mmask32>((1u << n) - 1u);
@@ -364,11 +369,12 @@ void gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const W
   // Row t of xs as 32-bit pairs: hi at t * ld32, lo (kLo) at + kpad / 2.
   const auto* xs32 = reinterpret_cast<const std::uint32_t*>(xs);
   const std::size_t ld32 = Bf16Activations::row_stride(kpad, kLo) / 2;
-  alignas(64) std::uint32_t packed[(kKc / 2 + 16) * kBf16GemmPanel];
-  // Panel by panel, and within a panel block by block along K, so that the panel's outputs
-  // (T x 48 floats, 96 KiB at T = 512) stay in L2 while they accumulate. (K blocks outermost, as
-  // before, streamed every panel's outputs through memory once per block: one thread's pp512 was
-  // 211-217 tokens/s that way against 225-234 this way, alternating, 2026-11-25.)
+  auto* packed = static_cast<std::uint32_t*>(tls_packed.get(
+      (round_up(min_sz(kKc, K), 32) / 2 + 16) * kBf16GemmPanel * sizeof(std::uint32_t)));
+  // Panel by panel, each over the whole of K (in blocks of kKc only past it), so that a panel's
+  // outputs are written once. (K blocks of 256 outermost, as before, streamed every panel's
+  // outputs through memory once per block: one thread's pp512 was 211-217 tokens/s that way
+  // against 225-234 a panel at a time with blocks of 256, alternating, 2026-11-25.)
   for (std::size_t nb = n0; nb < n1; nb += kBf16GemmPanel) {
     const std::size_t nr = min_sz(kBf16GemmPanel, n1 - nb);
     const std::size_t nv = (nr + 15) / 16;
