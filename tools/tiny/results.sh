@@ -4,7 +4,8 @@
 # building build/rkv (scripts/quickstart.sh does). Writes runs/tiny/{greedy,greedy-bf16,greedy-f16,sampled,
 # steer-greedy,steer-a0/*}/ (samples, summary.md, summary.json, accuracy.svg) and
 # models/rkv-tiny-reasoner/steering.safetensors.
-# Every eval run resumes where it stopped when run again. About 50 minutes on 2 cores.
+# Every eval run resumes where it stopped when run again. About 50 minutes on 2 cores (3 hours
+# more with RKV_RESULTS_1600=1: the bf16-cache comparison on 1600 problems).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rkv=build/rkv
@@ -31,6 +32,21 @@ $rkv eval -m $model --dataset $data "${common[@]}" --methods $methods --temp 0 -
 for dt in bf16 f16; do
   python3 tools/tiny/paired.py "$out/greedy/samples.jsonl" "$out/greedy-$dt/samples.jsonl"
 done
+
+if [ "${RKV_RESULTS_1600:-0}" = 1 ]; then
+  # docs/RESULTS.md, "Eight times the problems": 1400 more held-out problems (seeds 8 and 9),
+  # greedy with an f32 and a bf16 cache, paired. About 3 hours on 2 cores; off unless asked for.
+  echo "== greedy, f32 and bf16 caches, 1600 problems"
+  python3 tools/tiny/task.py --count 600 --seed 8 --out "$out/seed8.jsonl"
+  python3 tools/tiny/task.py --count 800 --seed 9 --out "$out/seed9.jsonl"
+  cat $data "$out/seed8.jsonl" "$out/seed9.jsonl" > "$out/chains1600.jsonl"
+  for dt in f32 bf16; do
+    $rkv eval -m $model --dataset "$out/chains1600.jsonl" "${common[@]}" --methods $methods \
+      --temp 0 --kv-dtype $dt -o "$out/greedy1600-$dt"
+  done
+  python3 tools/tiny/paired.py "$out/greedy1600-f32/samples.jsonl" \
+    "$out/greedy1600-bf16/samples.jsonl"
+fi
 
 echo "== 4 samples at temperature 0.6 (top-p 0.95), the first 100 problems"
 $rkv eval -m $model --dataset $data "${common[@]}" --methods $methods --samples 4 --temp 0.6 \
