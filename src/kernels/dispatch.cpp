@@ -223,11 +223,13 @@ void bf16_tasks(std::span<const MatmulProduct> products, std::size_t T, std::siz
         tasks.push_back({p, n, std::min(N, n + kBf16GemmPanel), 0, T});
     }
     const std::size_t odd = threads > 1 ? tasks.size() % threads : 0;
-    const std::size_t slice = (T + threads - 1) / threads;
-    if (odd == 0 || slice < kBf16GemmMinT) return;
+    // Slices of whole micro-kernel row groups (8), each at least kBf16GemmMinT rows, so that every
+    // slice takes the GEMM (whose results do not depend on T) and not the GEMV.
+    const std::size_t step = ((T + threads - 1) / threads + 7) / 8 * 8;
+    const std::size_t last_slice = T - (T - 1) / step * step;
+    if (odd == 0 || step < kBf16GemmMinT || last_slice < kBf16GemmMinT) return;
     std::vector<Bf16Task> last(tasks.end() - static_cast<std::ptrdiff_t>(odd), tasks.end());
     tasks.resize(tasks.size() - odd);
-    const std::size_t step = (slice + 7) / 8 * 8;  // whole micro-kernel row groups
     for (const Bf16Task& t : last)
       for (std::size_t t0 = 0; t0 < T; t0 += step)
         tasks.push_back({t.p, t.n0, t.n1, t0, std::min(T, t0 + step)});
