@@ -267,17 +267,17 @@ void attention_typed(const float* q, int G, int d, const void* keys_v, const voi
   }
 }
 
+// f32 rows of the widened-values scratch: in L1 already, prefetched once a row, not per vector.
+struct ScratchRow : Row<KvDtype::f32> {
+  static constexpr int kPrefetchEvery = 1 << 20;
+};
+
 // AttentionRowsFn (attention.h) for head size D: what attention_typed computes for each row, in
 // the same order, bit for bit, with the work that does not depend on the row done once: each
 // block of 16 keys is transposed once for every row that sees it (a row's lanes past its own
 // keys are masked, as the zero lanes of attention_typed's last block are), and each chunk of
 // kPvChunk values is widened to float32 once into vf, which output_chunk then reads as f32 rows
 // (exact values either way).
-// f32 rows of the widened-values scratch: in L1 already, prefetched once a row, not per vector.
-struct ScratchRow : Row<KvDtype::f32> {
-  static constexpr int kPrefetchEvery = 1 << 20;
-};
-
 template <KvDtype T, int D>
 void attention_rows_blocked(const float* q, std::size_t q_stride, int R, int G,
                             const std::byte* keys, const std::byte* values, int n0, float scale,
