@@ -202,6 +202,31 @@ TEST(ThreadPool, ParallelRangesAlignedAndCovering) {
   }
 }
 
+// RangeSplit: min(units, max_chunks) contiguous ranges covering [0, n) in order, boundaries on
+// the alignment, sizes (in units) at most one apart; nothing for n = 0.
+TEST(ThreadPool, RangeSplitCountsAndSizes) {
+  EXPECT_EQ(RangeSplit(0, 16, 8).chunks(), 0u);
+  for (std::size_t n : {1u, 17u, 128u, 896u, 1000u})
+    for (std::size_t align : {1u, 16u})
+      for (std::size_t max_chunks : {1u, 3u, 8u, 1000u}) {
+        const RangeSplit split(n, align, max_chunks);
+        const std::size_t units = (n + align - 1) / align;
+        ASSERT_EQ(split.chunks(), std::min(units, max_chunks));
+        std::size_t at = 0, smallest = units, largest = 0;
+        for (std::size_t c = 0; c < split.chunks(); ++c) {
+          const auto [b, e] = split.range(c);
+          ASSERT_EQ(b, at) << "n=" << n << " c=" << c;
+          ASSERT_EQ(b % align, 0u);
+          const std::size_t u = (e - b + align - 1) / align;
+          smallest = std::min(smallest, u);
+          largest = std::max(largest, u);
+          at = e;
+        }
+        EXPECT_EQ(at, n);
+        EXPECT_LE(largest - smallest, 1u) << "n=" << n << " align=" << align;
+      }
+}
+
 // ---- matmul parity --------------------------------------------------------------------------
 
 struct Weights {

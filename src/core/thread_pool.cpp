@@ -97,17 +97,26 @@ void ThreadPool::parallel_for(std::size_t n_tasks, const std::function<void(std:
 void ThreadPool::parallel_ranges(std::size_t n, std::size_t align,
                                  const std::function<void(std::size_t, std::size_t)>& fn,
                                  int chunks_per_thread) {
-  if (n == 0) return;
-  align = std::max<std::size_t>(1, align);
-  const std::size_t units = (n + align - 1) / align;
-  const std::size_t chunks = std::min<std::size_t>(
-      units, static_cast<std::size_t>(n_threads_ * std::max(1, chunks_per_thread)));
-  const std::size_t per = units / chunks, extra = units % chunks;
-  parallel_for(chunks, [&](std::size_t c) {
-    const std::size_t u0 = c * per + std::min(c, extra);
-    const std::size_t u1 = u0 + per + (c < extra ? 1 : 0);
-    fn(u0 * align, std::min(n, u1 * align));
+  const RangeSplit split(n, align,
+                         static_cast<std::size_t>(n_threads_) * std::max(1, chunks_per_thread));
+  parallel_for(split.chunks(), [&](std::size_t c) {
+    const auto [begin, end] = split.range(c);
+    fn(begin, end);
   });
+}
+
+RangeSplit::RangeSplit(std::size_t n, std::size_t align, std::size_t max_chunks)
+    : n_(n), align_(std::max<std::size_t>(1, align)) {
+  const std::size_t units = (n + align_ - 1) / align_;
+  chunks_ = std::min(units, max_chunks);
+  per_ = chunks_ == 0 ? 0 : units / chunks_;
+  extra_ = chunks_ == 0 ? 0 : units % chunks_;
+}
+
+std::pair<std::size_t, std::size_t> RangeSplit::range(std::size_t c) const {
+  const std::size_t u0 = c * per_ + std::min(c, extra_);
+  const std::size_t u1 = u0 + per_ + (c < extra_ ? 1 : 0);
+  return {u0 * align_, std::min(n_, u1 * align_)};
 }
 
 }  // namespace rkv

@@ -15,9 +15,23 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace rkv {
+
+// [0, n) as min(max_chunks, units) contiguous ranges of whole units of `align` (the last range
+// ends at n), their sizes at most one unit apart: how parallel_ranges shares out a range.
+class RangeSplit {
+ public:
+  RangeSplit(std::size_t n, std::size_t align, std::size_t max_chunks);
+  std::size_t chunks() const { return chunks_; }
+  // Range c (c < chunks()) as [begin, end).
+  std::pair<std::size_t, std::size_t> range(std::size_t c) const;
+
+ private:
+  std::size_t n_, align_, chunks_, per_, extra_;
+};
 
 class ThreadPool {
  public:
@@ -35,7 +49,7 @@ class ThreadPool {
   void parallel_for(std::size_t n_tasks, const std::function<void(std::size_t)>& fn);
 
   // Splits [0, n) into about `chunks_per_thread * size()` contiguous ranges whose boundaries are
-  // multiples of `align` and calls fn(begin, end) for each.
+  // multiples of `align` (RangeSplit) and calls fn(begin, end) for each.
   void parallel_ranges(std::size_t n, std::size_t align,
                        const std::function<void(std::size_t, std::size_t)>& fn,
                        int chunks_per_thread = 1);

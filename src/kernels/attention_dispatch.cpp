@@ -75,9 +75,6 @@ AttentionRowsFn rows_each(KvDtype dtype) {
   return &attention_rows_each<Pick, KvDtype::f32>;
 }
 
-AttentionFn active_exact(KvDtype dtype) {
-  return attention_fn(dtype);
-}
 AttentionFn reference_exact(KvDtype dtype) {
   return attention_reference_for(dtype);
 }
@@ -107,10 +104,7 @@ AttentionRowsFn attention_rows_for(Isa isa, KvDtype dtype, AttentionPrecision pr
 }
 
 AttentionRowsFn attention_rows_fn(KvDtype dtype, AttentionPrecision precision) {
-  if (precision == AttentionPrecision::LlamaCpp) return rows_each<&attention_llamacpp_for>(dtype);
-  if (active_isa() == Isa::Avx512 || active_isa() == Isa::Avx512Bf16)
-    return attention_rows_for(active_isa(), dtype, precision);
-  return rows_each<&active_exact>(dtype);
+  return attention_rows_for(active_isa(), dtype, precision);
 }
 
 std::string_view attention_precision_name(AttentionPrecision p) {

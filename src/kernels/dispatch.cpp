@@ -212,7 +212,7 @@ struct Bf16Task {
 //    last (panels % threads) are each split into `threads` slices of the input rows, so that no
 //    thread waits a whole panel for the other at the end. A row's result does not depend on the
 //    slice it falls in (the micro-kernel computes every output on its own, in the same order).
-//  * GEMV: each product's rows in about 4 chunks a thread, aligned to 16.
+//  * GEMV: each product's rows in about 4 chunks a thread, aligned to 16 (as parallel_ranges).
 void bf16_tasks(std::span<const MatmulProduct> products, std::size_t T, std::size_t threads,
                 std::vector<Bf16Task>& tasks) {
   tasks.clear();
@@ -236,24 +236,26 @@ void bf16_tasks(std::span<const MatmulProduct> products, std::size_t T, std::siz
     return;
   }
   for (std::size_t p = 0; p < products.size(); ++p) {
-    const std::size_t N = products[p].w.rows, units = (N + 15) / 16;
-    if (units == 0) continue;
-    const std::size_t chunks = std::min(units, 4 * threads);
-    const std::size_t per = units / chunks, extra = units % chunks;
-    for (std::size_t c = 0; c < chunks; ++c) {
-      const std::size_t u0 = c * per + std::min(c, extra), u1 = u0 + per + (c < extra ? 1 : 0);
-      tasks.push_back({p, u0 * 16, std::min(N, u1 * 16), 0, T});
+    const RangeSplit split(products[p].w.rows, 16, 4 * threads);
+    for (std::size_t c = 0; c < split.chunks(); ++c) {
+      const auto [n0, n1] = split.range(c);
+      tasks.push_back({p, n0, n1, 0, T});
     }
   }
+}
+
+// Whether this CPU has the bf16 kernels matmul_many shares its products out to.
+bool have_bf16_kernels() {
+  static const bool have =
+      bf16_split_for(active_isa()) != nullptr && bf16_rows_for(active_isa()) != nullptr;
+  return have;
 }
 
 }  // namespace
 
 void matmul_many(const float* x, std::size_t T, std::span<const MatmulProduct> products,
                  ThreadPool& pool) {
-  static const Bf16SplitFn bf16_split = bf16_split_for(active_isa());
-  static const Bf16RowsFn bf16_rows = bf16_rows_for(active_isa());
-  bool shared = bf16_split != nullptr && bf16_rows != nullptr && !products.empty();
+  bool shared = have_bf16_kernels() && !products.empty();
   for (const MatmulProduct& p : products)
     shared = shared && p.w.dtype == DType::BF16 && p.w.cols == products[0].w.cols &&
              p.w.precision == products[0].w.precision;
@@ -261,6 +263,8 @@ void matmul_many(const float* x, std::size_t T, std::span<const MatmulProduct> p
     for (const MatmulProduct& p : products) matmul(x, T, p.w, p.y, pool);
     return;
   }
+  static const Bf16SplitFn bf16_split = bf16_split_for(active_isa());
+  static const Bf16RowsFn bf16_rows = bf16_rows_for(active_isa());
   // Split (or, for Rounded, round) once, here, for every product and every thread's rows.
   const std::size_t K = products[0].w.cols, kpad = (K + 31) / 32 * 32;
   const bool lo = products[0].w.precision != MatmulPrecision::Rounded;
@@ -289,8 +293,7 @@ void matmul_many(const float* x, std::size_t T, std::span<const MatmulProduct> p
 void matmul(const float* x, std::size_t T, const WeightView& w, float* y, ThreadPool& pool) {
   static const MatmulRowsFn rows_fn = matmul_rows_for(active_isa());
   const std::size_t N = w.rows;
-  if (w.dtype == DType::BF16 && bf16_split_for(active_isa()) != nullptr &&
-      bf16_rows_for(active_isa()) != nullptr) {
+  if (w.dtype == DType::BF16 && have_bf16_kernels()) {
     const MatmulProduct one{w, y};
     matmul_many(x, T, {&one, 1}, pool);
     return;

@@ -17,7 +17,7 @@
 //  * decode (T < kGemmMinT): GEMV over the weight rows in their natural layout (which already is
 //    VDPBF16PS's pair order).
 //  * prefill: blocked GEMM; a panel of 48 weight rows x kKc columns is transposed in units of
-//    bf16 pairs (16x16 transposes of 32-bit elements) into [k/2][32] pairs, and an outer-product
+//    bf16 pairs (16x16 transposes of 32-bit elements) into [k/2][48] pairs, and an outer-product
 //    micro-kernel broadcasts x pairs against the packed panel.
 //
 // Everything here has internal linkage and uses no out-of-line library templates, so no code
