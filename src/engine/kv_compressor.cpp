@@ -206,6 +206,11 @@ void CompressionObserver::detach(const KvCache* cache) {
 void CompressionObserver::count(const SequenceCompressor* compressor, int delta) {
   if (compressor->steering().enabled()) steering_users_ += delta;
   if (compressor->wants_final_hidden()) hidden_users_ += delta;
+  if (compressor->enabled()) enabled_users_ += delta;
+}
+
+bool CompressionObserver::needs_host() const {
+  return steering_users_ > 0 || hidden_users_ > 0 || enabled_users_ > 0;
 }
 
 void CompressionObserver::after_layer(int layer, std::span<const ForwardRow> rows, float* hidden) {

@@ -143,6 +143,9 @@ class CompressionObserver : public ForwardObserver {
   void after_layer(int layer, std::span<const ForwardRow> rows, float* hidden) override;
   void final_hidden(std::span<const ForwardRow> rows, const float* hidden) override;
   bool wants_attention_probs() const override;
+  // True while an attached compressor compresses (any method but fullkv), steers or takes hidden
+  // states.
+  bool needs_host() const override;
   void attention_probs(int layer, std::span<const ForwardRow> rows, std::size_t row, int kv_head,
                        const float* probs, int G, int n) override;
 
@@ -154,6 +157,7 @@ class CompressionObserver : public ForwardObserver {
   std::unordered_map<const KvCache*, SequenceCompressor*> compressors_;
   int steering_users_ = 0;  // attached compressors with steering
   int hidden_users_ = 0;    // attached compressors that want final hidden states
+  int enabled_users_ = 0;   // attached compressors that compress (SequenceCompressor::enabled)
 };
 
 }  // namespace rkv

@@ -15,20 +15,45 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
       shape.window < 0 || shape.q_heads <= 0)
     throw Error("invalid KV cache shape");
   row_bytes_ = kv_row_bytes(shape.dtype, shape.head_dim);
+  lengths_.assign(static_cast<std::size_t>(shape.layers), 0);
+  ring_count_.assign(static_cast<std::size_t>(shape.layers), 0);
+  ring_next_.assign(static_cast<std::size_t>(shape.layers), 0);
+  if (shape.on_device) {
+    if (shape.window != 0)
+      throw Error(
+          "a KV cache on a device keeps no query window: compression methods run with --device "
+          "cpu in this build");
+    return;  // the backend allocates the rows in its memory (set_device_storage)
+  }
   const std::size_t entries =
       static_cast<std::size_t>(shape.layers) * shape.kv_heads * shape.capacity;
   keys_.resize(entries * row_bytes_);
   values_.resize(entries * row_bytes_);
   positions_.resize(entries);
   state_.resize(entries);
-  lengths_.assign(static_cast<std::size_t>(shape.layers), 0);
   ring_.resize(static_cast<std::size_t>(shape.layers) * shape.window * shape.q_heads *
                shape.head_dim);
-  ring_count_.assign(static_cast<std::size_t>(shape.layers), 0);
-  ring_next_.assign(static_cast<std::size_t>(shape.layers), 0);
+}
+
+namespace {
+void require_host(const KvCacheShape& shape, const char* what) {
+  if (shape.on_device)
+    throw Error(std::string("KV cache: ") + what +
+                " needs host memory, and this cache lives on a device (its backend writes it)");
+}
+}  // namespace
+
+void KvCache::note_device_append(int layer, int n) {
+  int& len = lengths_[static_cast<std::size_t>(layer)];
+  if (!shape_.on_device) throw Error("KV cache: note_device_append on a cache in host memory");
+  if (n < 0 || len + n > shape_.capacity)
+    throw Error("KV cache is full (" + std::to_string(shape_.capacity) +
+                " entries per head): raise the context size");
+  len += n;
 }
 
 void KvCache::append(int layer, const float* k, const float* v, std::int32_t position) {
+  require_host(shape_, "append");
   int& len = lengths_[static_cast<std::size_t>(layer)];
   if (len >= shape_.capacity)
     throw Error("KV cache is full (" + std::to_string(shape_.capacity) +
@@ -46,6 +71,7 @@ void KvCache::append(int layer, const float* k, const float* v, std::int32_t pos
 
 void KvCache::compact(int layer, const std::vector<std::vector<std::int32_t>>& kept,
                       const std::vector<std::vector<float>>& new_state) {
+  require_host(shape_, "compaction");
   if (static_cast<int>(kept.size()) != shape_.kv_heads)
     throw Error("compaction: expected one kept list per KV head");
   const int len = length(layer);
@@ -80,7 +106,7 @@ void KvCache::compact(int layer, const std::vector<std::vector<std::int32_t>>& k
 }
 
 void KvCache::push_query(int layer, const float* q) {
-  if (shape_.window == 0) return;
+  if (shape_.window == 0) return;  // (always so for a cache on a device)
   const std::size_t per = static_cast<std::size_t>(shape_.q_heads) * shape_.head_dim;
   const std::size_t l = static_cast<std::size_t>(layer);
   float* slot = ring_.data() + (l * shape_.window + ring_next_[l]) * per;

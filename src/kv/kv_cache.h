@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "rkv/kv_dtype.h"
@@ -33,6 +34,9 @@ struct KvCacheShape {
   int capacity = 0;              // entries per (layer, KV head)
   int window = 0;                // queries kept per layer in the query ring (0: none)
   KvDtype dtype = KvDtype::f32;  // element type of keys and values
+  // Keys, values and positions live in a device's memory (Model::use_device), written by its
+  // backend; the cache then holds only the lengths here, and no query ring (window must be 0).
+  bool on_device = false;
 };
 
 // Read-only rows of keys (or values) of one (layer, KV head): row j, j < n, holds head_dim
@@ -76,11 +80,15 @@ class KvCache {
   KvRows values(int layer, int head) const { return rows(values_, layer, head); }
   // [length] original positions and per-entry policy state of one (layer, KV head).
   const std::int32_t* positions(int layer, int head) const {
-    return positions_.data() + offset(layer, head);
+    return positions_.empty() ? nullptr : positions_.data() + offset(layer, head);
   }
-  const float* state(int layer, int head) const { return state_.data() + offset(layer, head); }
+  const float* state(int layer, int head) const {
+    return state_.empty() ? nullptr : state_.data() + offset(layer, head);
+  }
   // The same state, writable: for the per-step accumulation (H2O) only.
-  float* accumulator(int layer, int head) { return state_.data() + offset(layer, head); }
+  float* accumulator(int layer, int head) {
+    return state_.empty() ? nullptr : state_.data() + offset(layer, head);
+  }
 
   // Appends one token to every KV head of `layer`: k and v are [kv_heads][head_dim] float32,
   // stored in the cache's dtype. Its policy state starts at initial_state(). Throws rkv::Error
@@ -105,6 +113,19 @@ class KvCache {
   void window_queries(int layer, std::vector<float>& out) const;
 
   void clear();
+
+  // ---- a cache on a device (shape().on_device) ----
+  // Its rows live in memory its backend allocates on first use and attaches here, freed with the
+  // cache. keys(), values(), positions() and state() have no host data (nullptr), and append,
+  // compact and push_query throw: the backend writes the rows and then records them.
+  void* device_storage() const { return device_.get(); }
+  void set_device_storage(void* storage, void (*release)(void*)) {
+    device_ = DeviceStorage(storage, release);
+  }
+  // Records n entries its backend wrote after the length(layer) ones of `layer`. Throws
+  // rkv::Error when they do not fit.
+  void note_device_append(int layer, int n);
+
   // Bytes of the key/value arrays at full capacity (what the sequence holds).
   std::size_t allocated_kv_bytes() const { return kv_bytes_for(shape_); }
   // The same for any shape, without allocating: 2 * layers * kv_heads * capacity * row bytes,
@@ -127,6 +148,7 @@ class KvCache {
     return (static_cast<std::size_t>(layer) * shape_.kv_heads + head) * shape_.capacity;
   }
   KvRows rows(const std::vector<std::byte>& store, int layer, int head) const {
+    if (store.empty()) return {nullptr, shape_.dtype, shape_.head_dim, row_bytes_, length(layer)};
     return {store.data() + offset(layer, head) * row_bytes_, shape_.dtype, shape_.head_dim,
             row_bytes_, length(layer)};
   }
@@ -142,6 +164,8 @@ class KvCache {
   std::vector<int> ring_count_;          // [layers] queries held (<= window)
   std::vector<int> ring_next_;           // [layers] slot the next query goes to
   float initial_state_ = 0.0f;
+  using DeviceStorage = std::unique_ptr<void, void (*)(void*)>;
+  DeviceStorage device_{nullptr, nullptr};
 };
 
 }  // namespace rkv

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <vector>
@@ -15,7 +16,9 @@
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
 #include "model/config.h"
+#include "model/forward_ops.h"
 #include "model/safetensors.h"
+#include "rkv/device.h"
 
 namespace rkv {
 
@@ -25,38 +28,8 @@ struct LayerWeights {
   std::vector<float> input_norm, post_norm;        // [hidden]
   std::vector<float> q_norm, k_norm;               // [head_dim], Qwen3 (empty otherwise)
 };
-
-// One token of one sequence in a forward pass. Rows of the same sequence must be consecutive,
-// with increasing positions; each row attends to everything its cache holds before it plus the
-// earlier rows of its own sequence in this pass (causal). `position` is the token's true
-// position in its sequence (never the cache length: ALGORITHMS.md 1.4).
-struct ForwardRow {
-  KvCache* cache = nullptr;
-  std::int32_t token = 0;
-  std::int32_t position = 0;
-  bool want_logits = false;
-};
-
-// Callbacks into the forward pass (observers, not forks: DESIGN.md). All are optional.
-class ForwardObserver {
- public:
-  virtual ~ForwardObserver() = default;
-  // Called for every layer after the rows' keys/values have been appended to their caches and
-  // their queries pushed into the query rings, before attention reads the caches: the point
-  // where decode-time compression plugs in (ALGORITHMS.md 1, trigger).
-  virtual void after_kv_append(int layer, std::span<const ForwardRow> rows) {}
-  // Called with the residual stream [rows][hidden] after decoder layer `layer`; may modify it
-  // (SkipKV steering adds a vector here).
-  virtual void after_layer(int layer, std::span<const ForwardRow> rows, float* hidden) {}
-  // Called with the final-norm output [rows][hidden] (SkipKV sentence embeddings).
-  virtual void final_hidden(std::span<const ForwardRow> rows, const float* hidden) {}
-  // Whether attention should hand back its probabilities (H2O accumulation).
-  virtual bool wants_attention_probs() const { return false; }
-  // Attention probabilities of row r, layer, KV head: [G][n] for the cache's first n entries.
-  // Called from worker threads, one call per (row, KV head), never twice for the same pair.
-  virtual void attention_probs(int layer, std::span<const ForwardRow> rows, std::size_t row,
-                               int kv_head, const float* probs, int G, int n) {}
-};
+// The matrix of one projection of a layer.
+const kernels::WeightView& projection(const LayerWeights& w, Proj p);
 
 // Scratch buffers of a forward pass, reused between calls to avoid allocation per token.
 struct ForwardScratch {
@@ -88,8 +61,10 @@ class Model {
   };
   MatmulFootprint matmul_footprint() const;
 
-  // Runs the rows through the model, appending their keys/values to their caches. Writes the
-  // float32 logits of the rows with want_logits, in row order, to `logits` ([n][vocab]).
+  // Runs the rows through the model (run_forward, on the model's device), appending their
+  // keys/values to their caches. Writes the float32 logits of the rows with want_logits, in row
+  // order, to `logits` ([n][vocab], host memory). On the CPU, `scratch` holds the activations and
+  // `pool` runs the kernels; on a device both are unused, and the passes run one at a time.
   void forward(std::span<const ForwardRow> rows, ForwardScratch& scratch, ThreadPool& pool,
                float* logits, ForwardObserver* observer = nullptr) const;
 
@@ -106,6 +81,26 @@ class Model {
   }
   kernels::AttentionPrecision attention_precision() const { return attention_precision_; }
 
+  // Where forward runs: the CPU (after load), or a CUDA device (use_device(Device::Cuda) copies
+  // the weights there). Throws rkv::Error when this build or machine has no CUDA device, the
+  // weights' dtype has no CUDA kernels (quantized GGUF types: run with --device cpu), or the
+  // device runs out of memory. Call it before the first forward pass, not during one; caches
+  // made afterwards (cache_shape) live on the device.
+  void use_device(Device device);
+  Device device() const { return device_; }
+  // One line on the device's memory: weights and workspace (empty on the CPU).
+  std::string device_memory_report() const;
+
+  // The weights, as loaded (the backends read them from here).
+  const LayerWeights& layer(int l) const { return layers_[static_cast<std::size_t>(l)]; }
+  const kernels::WeightView& embed_tokens() const { return embed_tokens_; }
+  const kernels::WeightView& lm_head() const { return lm_head_; }
+  const std::vector<float>& final_norm() const { return final_norm_; }
+  // [head_dim / 2] RoPE inverse frequencies, every scaling applied (angle = position * inv_freq).
+  const std::vector<float>& rope_frequencies() const { return inv_freq_; }
+  // The float32 embedding of a token (throws rkv::Error for an id outside the vocabulary).
+  void embed(std::int32_t token, float* out) const;
+
   // The KV cache dtype used when none is given: bf16 for a checkpoint whose attention weights
   // are bf16 or f16, f32 for an f32 one (whose results it leaves exactly as they were).
   KvDtype default_kv_dtype() const;
@@ -117,7 +112,6 @@ class Model {
  private:
   Model() = default;
   static std::unique_ptr<Model> load_gguf(const std::filesystem::path& path);
-  void embed(std::int32_t token, float* out) const;
 
   std::filesystem::path dir_;
   ModelConfig config_;
@@ -134,6 +128,9 @@ class Model {
   std::vector<float> rope_freq_divisors_;
   std::size_t weight_bytes_ = 0;
   kernels::AttentionPrecision attention_precision_ = kernels::AttentionPrecision::Exact;
+  Device device_ = Device::Cpu;
+  std::unique_ptr<ForwardOps> device_ops_;  // the device's steps (null on the CPU)
+  mutable std::mutex device_mutex_;
 };
 
 }  // namespace rkv

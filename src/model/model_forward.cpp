@@ -1,12 +1,11 @@
-// The forward pass (golden models README, "Architecture details"): per layer
-//   h += o_proj(attention(rope(q), rope(k), v)) of input_layernorm(h)
-//   h += down_proj(silu(gate_proj(x)) * up_proj(x)) of post_attention_layernorm(h)
-// then the final norm and lm_head, all in float32. Rows of many sequences go through the matrix
-// products together, so the weights are read once per pass (DESIGN.md property 5).
+// The forward pass, once for every backend (run_forward), and its steps on the CPU (CpuOps), all in
+// float32. Rows of many sequences go through the matrix products together, so the weights are read
+// once per pass (DESIGN.md property 5).
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 #include "core/error.h"
 #include "core/quant.h"
@@ -18,7 +17,7 @@ namespace rkv {
 namespace {
 
 // y = w * x / sqrt(mean(x^2) + eps), HF's LlamaRMSNorm in float32.
-void rms_norm(const float* x, const float* w, float* y, int n, float eps) {
+void rms_norm_row(const float* x, const float* w, float* y, int n, float eps) {
   double ss = 0.0;
   for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
   const float variance = static_cast<float>(ss / n);
@@ -64,17 +63,10 @@ void Model::embed(std::int32_t token, float* out) const {
                          static_cast<std::size_t>(token) * H + i);
 }
 
-void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadPool& pool,
-                    float* logits, ForwardObserver* observer) const {
-  const ModelConfig& c = config_;
+void run_forward(const ModelConfig& c, ForwardOps& ops, std::span<const ForwardRow> rows,
+                 float* logits, ForwardObserver* observer) {
   const std::size_t T = rows.size();
   if (T == 0) return;
-  const std::size_t H = static_cast<std::size_t>(c.hidden_size);
-  const std::size_t I = static_cast<std::size_t>(c.intermediate_size);
-  const int D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads, G = c.group_size();
-  const std::size_t QD = static_cast<std::size_t>(Hq) * D, KD = static_cast<std::size_t>(Hkv) * D;
-  const int half = D / 2;
-
   // Validate before touching any cache, so a bad request leaves every sequence as it was.
   for (std::size_t r = 0; r < T; ++r) {
     const ForwardRow& row = rows[r];
@@ -91,189 +83,336 @@ void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& s, ThreadP
                     std::to_string(row.cache->capacity()) + " entries");
     }
   }
+  ops.begin(rows);
+  const bool on_host = ops.host(Act::X) != nullptr;
+  if (!on_host && observer != nullptr && observer->needs_host())
+    throw Error(
+        "KV compression, steering and sentence tracking run on --device cpu only in this build "
+        "(the CUDA backend runs fullkv): run with --device cpu");
 
-  s.x.resize(T * H);
-  s.xn.resize(T * H);
-  s.q.resize(T * QD);
-  s.k.resize(T * KD);
-  s.v.resize(T * KD);
-  s.attn.resize(T * QD);
-  s.gate.resize(T * I);
-  s.up.resize(T * I);
-  s.rope_cos.resize(T * half);
-  s.rope_sin.resize(T * half);
+  using P = ForwardOps::Product;
+  const P qkv[] = {{Proj::Q, Act::Q}, {Proj::K, Act::K}, {Proj::V, Act::V}};
+  const P o[] = {{Proj::O, Act::XN}};
+  const P gate_up[] = {{Proj::Gate, Act::Gate}, {Proj::Up, Act::Up}};
+  const P down[] = {{Proj::Down, Act::XN}};
+  for (int l = 0; l < c.num_layers; ++l) {
+    ops.rms_norm(Norm::Input, l, Act::X, Act::XN);
+    ops.project(l, Act::XN, qkv);
+    ops.prepare_qkv(l);
+    ops.append_kv(l, rows);
+    if (observer != nullptr) observer->after_kv_append(l, rows);
+    ops.attention(l, rows, observer);
+    ops.project(l, Act::Attn, o);
+    ops.add(Act::X, Act::XN);
+    ops.rms_norm(Norm::Post, l, Act::X, Act::XN);
+    ops.project(l, Act::XN, gate_up);
+    ops.silu_mul();
+    ops.project(l, Act::Gate, down);
+    ops.add(Act::X, Act::XN);
+    if (observer != nullptr && on_host) observer->after_layer(l, rows, ops.host(Act::X));
+  }
+  ops.rms_norm(Norm::Final, 0, Act::X, Act::XN);
+  if (observer != nullptr && on_host) observer->final_hidden(rows, ops.host(Act::XN));
+  bool any_logits = false;
+  for (const ForwardRow& row : rows) any_logits = any_logits || row.want_logits;
+  if (any_logits && logits != nullptr) ops.logits(rows, Act::XN, logits);
+}
 
-  for (std::size_t r = 0; r < T; ++r) {
-    embed(rows[r].token, s.x.data() + r * H);
-    // angle = float32(position) * inv_freq in float32, as HF computes it.
-    for (int j = 0; j < half; ++j) {
-      const float angle =
-          static_cast<float>(rows[r].position) * inv_freq_[static_cast<std::size_t>(j)];
-      s.rope_cos[r * half + j] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      s.rope_sin[r * half + j] = static_cast<float>(std::sin(static_cast<double>(angle)));
+const kernels::WeightView& projection(const LayerWeights& w, Proj p) {
+  switch (p) {
+    case Proj::Q:
+      return w.q;
+    case Proj::K:
+      return w.k;
+    case Proj::V:
+      return w.v;
+    case Proj::O:
+      return w.o;
+    case Proj::Gate:
+      return w.gate;
+    case Proj::Up:
+      return w.up;
+    case Proj::Down:
+      return w.down;
+  }
+  return w.q;
+}
+
+namespace {
+
+// The steps on the CPU: the activations in a ForwardScratch, the matrix products and attention
+// by the kernels of kernels.h and attention.h over the thread pool.
+class CpuOps final : public ForwardOps {
+ public:
+  CpuOps(const Model& model, ForwardScratch& scratch, ThreadPool& pool)
+      : m_(model), c_(model.config()), s_(scratch), pool_(pool) {}
+
+  void begin(std::span<const ForwardRow> rows) override {
+    T_ = rows.size();
+    const std::size_t H = static_cast<std::size_t>(c_.hidden_size);
+    const std::size_t I = static_cast<std::size_t>(c_.intermediate_size);
+    const std::size_t QD = static_cast<std::size_t>(c_.num_heads) * c_.head_dim;
+    const std::size_t KD = static_cast<std::size_t>(c_.num_kv_heads) * c_.head_dim;
+    const int half = c_.head_dim / 2;
+    s_.x.resize(T_ * H);
+    s_.xn.resize(T_ * H);
+    s_.q.resize(T_ * QD);
+    s_.k.resize(T_ * KD);
+    s_.v.resize(T_ * KD);
+    s_.attn.resize(T_ * QD);
+    s_.gate.resize(T_ * I);
+    s_.up.resize(T_ * I);
+    s_.rope_cos.resize(T_ * half);
+    s_.rope_sin.resize(T_ * half);
+    const std::vector<float>& inv_freq = m_.rope_frequencies();
+    for (std::size_t r = 0; r < T_; ++r) {
+      m_.embed(rows[r].token, s_.x.data() + r * H);
+      // angle = float32(position) * inv_freq in float32, as HF computes it.
+      for (int j = 0; j < half; ++j) {
+        const float angle =
+            static_cast<float>(rows[r].position) * inv_freq[static_cast<std::size_t>(j)];
+        s_.rope_cos[r * half + j] = static_cast<float>(std::cos(static_cast<double>(angle)));
+        s_.rope_sin[r * half + j] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      }
     }
+    visible_.resize(T_);
+  }
+
+  void rms_norm(Norm norm, int layer, Act in, Act out) override {
+    const std::vector<float>& w = norm == Norm::Final   ? m_.final_norm()
+                                  : norm == Norm::Input ? m_.layer(layer).input_norm
+                                                        : m_.layer(layer).post_norm;
+    const float* x = buf(in);
+    float* y = buf(out);
+    const int H = c_.hidden_size;
+    for_rows([&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r)
+        rms_norm_row(x + r * H, w.data(), y + r * H, H, c_.rms_norm_eps);
+    });
+  }
+
+  void project(int layer, Act in, std::span<const Product> products) override {
+    const LayerWeights& w = m_.layer(layer);
+    std::array<kernels::MatmulProduct, 3> mp;
+    if (products.size() > mp.size()) throw Error("forward: too many products in one step");
+    for (std::size_t i = 0; i < products.size(); ++i)
+      mp[i] = {projection(w, products[i].proj), buf(products[i].out)};
+    if (products.size() == 1)
+      kernels::matmul(buf(in), T_, mp[0].w, mp[0].y, pool_);
+    else
+      kernels::matmul_many(buf(in), T_, std::span(mp.data(), products.size()), pool_);
+  }
+
+  void prepare_qkv(int layer) override {
+    const LayerWeights& w = m_.layer(layer);
+    const int D = c_.head_dim, Hq = c_.num_heads, Hkv = c_.num_kv_heads, half = D / 2;
+    const std::size_t QD = static_cast<std::size_t>(Hq) * D, KD = static_cast<std::size_t>(Hkv) * D;
+    for_rows([&](std::size_t r0, std::size_t r1) {
+      add_bias(s_.q.data(), w.q_bias, r0, r1);
+      add_bias(s_.k.data(), w.k_bias, r0, r1);
+      add_bias(s_.v.data(), w.v_bias, r0, r1);
+      for (std::size_t r = r0; r < r1; ++r) {
+        const float* cs = s_.rope_cos.data() + r * half;
+        const float* sn = s_.rope_sin.data() + r * half;
+        for (int h = 0; h < Hq; ++h) {
+          float* qh = s_.q.data() + r * QD + static_cast<std::size_t>(h) * D;
+          if (c_.qk_norm) rms_norm_row(qh, w.q_norm.data(), qh, D, c_.rms_norm_eps);
+          apply_rope(qh, D, cs, sn);
+        }
+        for (int h = 0; h < Hkv; ++h) {
+          float* kh = s_.k.data() + r * KD + static_cast<std::size_t>(h) * D;
+          if (c_.qk_norm) rms_norm_row(kh, w.k_norm.data(), kh, D, c_.rms_norm_eps);
+          apply_rope(kh, D, cs, sn);
+        }
+      }
+    });
+  }
+
+  void append_kv(int layer, std::span<const ForwardRow> rows) override {
+    const std::size_t QD = static_cast<std::size_t>(c_.num_heads) * c_.head_dim;
+    const std::size_t KD = static_cast<std::size_t>(c_.num_kv_heads) * c_.head_dim;
+    for (std::size_t r = 0; r < T_; ++r) {
+      rows[r].cache->append(layer, s_.k.data() + r * KD, s_.v.data() + r * KD, rows[r].position);
+      rows[r].cache->push_query(layer, s_.q.data() + r * QD);
+    }
+  }
+
+  void attention(int l, std::span<const ForwardRow> rows, ForwardObserver* observer) override;
+
+  void add(Act dst, Act src) override {
+    float* y = buf(dst);
+    const float* x = buf(src);
+    const std::size_t H = static_cast<std::size_t>(c_.hidden_size);
+    for_rows([&](std::size_t r0, std::size_t r1) {
+      for (std::size_t i = r0 * H; i < r1 * H; ++i) y[i] += x[i];
+    });
+  }
+
+  void silu_mul() override {
+    const std::size_t I = static_cast<std::size_t>(c_.intermediate_size);
+    for_rows([&](std::size_t r0, std::size_t r1) {
+      kernels::silu_mul(s_.gate.data() + r0 * I, s_.up.data() + r0 * I, (r1 - r0) * I);
+    });
+  }
+
+  float* host(Act a) override { return buf(a); }
+
+  void logits(std::span<const ForwardRow> rows, Act in, float* out) override {
+    const std::size_t H = static_cast<std::size_t>(c_.hidden_size);
+    std::size_t n_logits = 0;
+    s_.logits_hidden.resize(T_ * H);
+    for (std::size_t r = 0; r < T_; ++r) {
+      if (!rows[r].want_logits) continue;
+      std::memcpy(s_.logits_hidden.data() + n_logits * H, buf(in) + r * H, H * sizeof(float));
+      ++n_logits;
+    }
+    kernels::matmul(s_.logits_hidden.data(), n_logits, m_.lm_head(), out, pool_);
+  }
+
+ private:
+  float* buf(Act a) {
+    switch (a) {
+      case Act::X:
+        return s_.x.data();
+      case Act::XN:
+        return s_.xn.data();
+      case Act::Q:
+        return s_.q.data();
+      case Act::K:
+        return s_.k.data();
+      case Act::V:
+        return s_.v.data();
+      case Act::Attn:
+        return s_.attn.data();
+      case Act::Gate:
+        return s_.gate.data();
+      case Act::Up:
+        return s_.up.data();
+    }
+    return nullptr;
   }
 
   // The per-row work between the matrix products (norms, bias, RoPE, SiLU, residuals) runs on
   // the pool in prefill-sized passes; each row is computed exactly as on one thread. Decode steps
   // of a few rows stay on the calling thread, where a parallel region would cost more than it
   // saves.
-  constexpr std::size_t kRowParallelMin = 16;
-  // Rows of one sequence that attend together (attention_rows_fn).
-  constexpr std::size_t kAttentionRowBlock = 16;
-  auto for_rows = [&](const auto& fn) {
-    if (T >= kRowParallelMin)
-      pool.parallel_ranges(T, 1, fn);
+  template <typename Fn>
+  void for_rows(const Fn& fn) {
+    constexpr std::size_t kRowParallelMin = 16;
+    if (T_ >= kRowParallelMin)
+      pool_.parallel_ranges(T_, 1, fn);
     else
-      fn(0, T);
-  };
+      fn(0, T_);
+  }
 
-  // Where each row's own entry lands in its cache, and how many entries it may attend to.
-  std::vector<int> visible(T);
+  const Model& m_;
+  const ModelConfig& c_;
+  ForwardScratch& s_;
+  ThreadPool& pool_;
+  std::size_t T_ = 0;
+  // Per row, how many cache entries it attends to (its own included).
+  std::vector<int> visible_;
   struct RowBlock {
     std::size_t r0, R;
   };
-  std::vector<RowBlock> blocks;
+  std::vector<RowBlock> blocks_;
+};
+
+void CpuOps::attention(int l, std::span<const ForwardRow> rows, ForwardObserver* observer) {
+  const int D = c_.head_dim, Hkv = c_.num_kv_heads, G = c_.group_size();
+  const std::size_t QD = static_cast<std::size_t>(c_.num_heads) * D;
+  const std::size_t T = T_;
+  // Rows of one sequence that attend together (attention_rows_fn).
+  constexpr std::size_t kAttentionRowBlock = 16;
+  const kernels::AttentionPrecision precision = m_.attention_precision();
   const std::array<kernels::AttentionRowsFn, 4> rows_fns = {
-      kernels::attention_rows_fn(KvDtype::f32, attention_precision_),
-      kernels::attention_rows_fn(KvDtype::bf16, attention_precision_),
-      kernels::attention_rows_fn(KvDtype::f16, attention_precision_),
-      kernels::attention_rows_fn(KvDtype::q8_0, attention_precision_)};
+      kernels::attention_rows_fn(KvDtype::f32, precision),
+      kernels::attention_rows_fn(KvDtype::bf16, precision),
+      kernels::attention_rows_fn(KvDtype::f16, precision),
+      kernels::attention_rows_fn(KvDtype::q8_0, precision)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const bool want_probs = observer != nullptr && observer->wants_attention_probs();
-
-  for (int l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& w = layers_[static_cast<std::size_t>(l)];
-    for_rows([&](std::size_t r0, std::size_t r1) {
-      for (std::size_t r = r0; r < r1; ++r)
-        rms_norm(s.x.data() + r * H, w.input_norm.data(), s.xn.data() + r * H, static_cast<int>(H),
-                 c.rms_norm_eps);
-    });
-    const kernels::MatmulProduct qkv[] = {{w.q, s.q.data()}, {w.k, s.k.data()}, {w.v, s.v.data()}};
-    kernels::matmul_many(s.xn.data(), T, qkv, pool);
-    for_rows([&](std::size_t r0, std::size_t r1) {
-      add_bias(s.q.data(), w.q_bias, r0, r1);
-      add_bias(s.k.data(), w.k_bias, r0, r1);
-      add_bias(s.v.data(), w.v_bias, r0, r1);
-      for (std::size_t r = r0; r < r1; ++r) {
-        const float* cs = s.rope_cos.data() + r * half;
-        const float* sn = s.rope_sin.data() + r * half;
-        for (int h = 0; h < Hq; ++h) {
-          float* qh = s.q.data() + r * QD + static_cast<std::size_t>(h) * D;
-          if (c.qk_norm) rms_norm(qh, w.q_norm.data(), qh, D, c.rms_norm_eps);
-          apply_rope(qh, D, cs, sn);
-        }
-        for (int h = 0; h < Hkv; ++h) {
-          float* kh = s.k.data() + r * KD + static_cast<std::size_t>(h) * D;
-          if (c.qk_norm) rms_norm(kh, w.k_norm.data(), kh, D, c.rms_norm_eps);
-          apply_rope(kh, D, cs, sn);
-        }
+  std::vector<int>& visible = visible_;
+  // Row r sees its cache up to and including its own entry: the cache length minus the rows
+  // of its sequence that come after it in this pass.
+  for (std::size_t r = T; r-- > 0;) {
+    const bool last_of_seq = r + 1 == T || rows[r + 1].cache != rows[r].cache;
+    visible[r] = last_of_seq ? rows[r].cache->length(l) : visible[r + 1] - 1;
+  }
+  auto attend = [&](std::size_t r, int h) {
+    const int n = visible[r];
+    thread_local std::vector<float> probs;
+    probs.resize(static_cast<std::size_t>(G) * static_cast<std::size_t>(n));
+    // Each cache stores its own dtype; the kernel reads it directly.
+    const KvCache& cache = *rows[r].cache;
+    kernels::attention_fn(cache.dtype(), precision)(
+        s_.q.data() + r * QD + static_cast<std::size_t>(h) * G * D, G, D, cache.keys(l, h).data,
+        cache.values(l, h).data, n, scale,
+        s_.attn.data() + r * QD + static_cast<std::size_t>(h) * G * D, probs.data());
+    if (want_probs) observer->attention_probs(l, rows, r, h, probs.data(), G, n);
+  };
+  if (!want_probs) {
+    // Consecutive rows of one sequence in blocks (row i of a block sees one more entry than
+    // row i - 1), each block's rows against one KV head at once: the kernel shares its key
+    // transposes and value conversions across them. A block's scratch probabilities,
+    // rows x G x n floats, are kept to about 256 KiB (L2). Blocks are listed from each
+    // sequence's end, so the longest go first to the pool.
+    std::vector<RowBlock>& blocks = blocks_;
+    blocks.clear();
+    for (std::size_t b = T; b > 0;) {
+      std::size_t a = b - 1;
+      while (a > 0 && rows[a - 1].cache == rows[b - 1].cache) --a;  // this sequence: [a, b)
+      for (std::size_t e = b; e > a;) {
+        const auto n_last = static_cast<std::size_t>(visible[e - 1]);
+        const std::size_t fit = (std::size_t{256} << 10) / (sizeof(float) * G * n_last + 1);
+        const std::size_t len = std::clamp<std::size_t>(fit, 1, kAttentionRowBlock);
+        const std::size_t s0 = e - a > len ? e - len : a;
+        blocks.push_back({s0, e - s0});
+        e = s0;
       }
-    });
-    for (std::size_t r = 0; r < T; ++r) {
-      rows[r].cache->append(l, s.k.data() + r * KD, s.v.data() + r * KD, rows[r].position);
-      rows[r].cache->push_query(l, s.q.data() + r * QD);
+      b = a;
     }
-    if (observer != nullptr) observer->after_kv_append(l, rows);
-    // Row r sees its cache up to and including its own entry: the cache length minus the rows
-    // of its sequence that come after it in this pass.
-    for (std::size_t r = T; r-- > 0;) {
-      const bool last_of_seq = r + 1 == T || rows[r + 1].cache != rows[r].cache;
-      visible[r] = last_of_seq ? rows[r].cache->length(l) : visible[r + 1] - 1;
-    }
-    auto attend = [&](std::size_t r, int h) {
-      const int n = visible[r];
+    pool_.parallel_for(blocks.size() * static_cast<std::size_t>(Hkv), [&](std::size_t task) {
+      const RowBlock& blk = blocks[task / static_cast<std::size_t>(Hkv)];
+      const int h = static_cast<int>(task % static_cast<std::size_t>(Hkv));
+      const KvCache& cache = *rows[blk.r0].cache;
+      const int n0 = visible[blk.r0];
       thread_local std::vector<float> probs;
-      probs.resize(static_cast<std::size_t>(G) * static_cast<std::size_t>(n));
-      // Each cache stores its own dtype; the kernel reads it directly.
-      const KvCache& cache = *rows[r].cache;
-      kernels::attention_fn(cache.dtype(), attention_precision_)(
-          s.q.data() + r * QD + static_cast<std::size_t>(h) * G * D, G, D, cache.keys(l, h).data,
-          cache.values(l, h).data, n, scale,
-          s.attn.data() + r * QD + static_cast<std::size_t>(h) * G * D, probs.data());
-      if (want_probs) observer->attention_probs(l, rows, r, h, probs.data(), G, n);
-    };
-    if (!want_probs) {
-      // Consecutive rows of one sequence in blocks (row i of a block sees one more entry than
-      // row i - 1), each block's rows against one KV head at once: the kernel shares its key
-      // transposes and value conversions across them. A block's scratch probabilities,
-      // rows x G x n floats, are kept to about 256 KiB (L2). Blocks are listed from each
-      // sequence's end, so the longest go first to the pool.
-      blocks.clear();
-      for (std::size_t b = T; b > 0;) {
-        std::size_t a = b - 1;
-        while (a > 0 && rows[a - 1].cache == rows[b - 1].cache) --a;  // this sequence: [a, b)
-        for (std::size_t e = b; e > a;) {
-          const auto n_last = static_cast<std::size_t>(visible[e - 1]);
-          const std::size_t fit = (std::size_t{256} << 10) / (sizeof(float) * G * n_last + 1);
-          const std::size_t len = std::clamp<std::size_t>(fit, 1, kAttentionRowBlock);
-          const std::size_t s0 = e - a > len ? e - len : a;
-          blocks.push_back({s0, e - s0});
-          e = s0;
-        }
-        b = a;
-      }
-      pool.parallel_for(blocks.size() * static_cast<std::size_t>(Hkv), [&](std::size_t task) {
-        const RowBlock& blk = blocks[task / static_cast<std::size_t>(Hkv)];
-        const int h = static_cast<int>(task % static_cast<std::size_t>(Hkv));
-        const KvCache& cache = *rows[blk.r0].cache;
-        const int n0 = visible[blk.r0];
-        thread_local std::vector<float> probs;
-        probs.resize(blk.R * static_cast<std::size_t>(G) *
-                     static_cast<std::size_t>(n0 + static_cast<int>(blk.R) - 1));
-        const std::size_t off = blk.r0 * QD + static_cast<std::size_t>(h) * G * D;
-        rows_fns[static_cast<int>(cache.dtype())](s.q.data() + off, QD, static_cast<int>(blk.R), G,
-                                                  D, cache.keys(l, h).data, cache.values(l, h).data,
-                                                  n0, scale, s.attn.data() + off, QD, probs.data());
-      });
-    } else {
-      // The observer accumulates into per-(sequence, head) arrays: one task per (sequence, KV
-      // head) runs that sequence's rows in order, so no two threads touch the same array.
-      std::vector<std::size_t> seq_begin;
-      for (std::size_t r = 0; r < T; ++r)
-        if (r == 0 || rows[r].cache != rows[r - 1].cache) seq_begin.push_back(r);
-      seq_begin.push_back(T);
-      const std::size_t n_seq = seq_begin.size() - 1;
-      pool.parallel_for(n_seq * static_cast<std::size_t>(Hkv), [&](std::size_t task) {
-        const std::size_t sq = task / static_cast<std::size_t>(Hkv);
-        const int h = static_cast<int>(task % static_cast<std::size_t>(Hkv));
-        for (std::size_t r = seq_begin[sq]; r < seq_begin[sq + 1]; ++r) attend(r, h);
-      });
-    }
-    kernels::matmul(s.attn.data(), T, w.o, s.xn.data(), pool);
-    for_rows([&](std::size_t r0, std::size_t r1) {
-      for (std::size_t i = r0 * H; i < r1 * H; ++i) s.x[i] += s.xn[i];
-      for (std::size_t r = r0; r < r1; ++r)
-        rms_norm(s.x.data() + r * H, w.post_norm.data(), s.xn.data() + r * H, static_cast<int>(H),
-                 c.rms_norm_eps);
+      probs.resize(blk.R * static_cast<std::size_t>(G) *
+                   static_cast<std::size_t>(n0 + static_cast<int>(blk.R) - 1));
+      const std::size_t off = blk.r0 * QD + static_cast<std::size_t>(h) * G * D;
+      rows_fns[static_cast<int>(cache.dtype())](s_.q.data() + off, QD, static_cast<int>(blk.R), G,
+                                                D, cache.keys(l, h).data, cache.values(l, h).data,
+                                                n0, scale, s_.attn.data() + off, QD, probs.data());
     });
-    const kernels::MatmulProduct gate_up[] = {{w.gate, s.gate.data()}, {w.up, s.up.data()}};
-    kernels::matmul_many(s.xn.data(), T, gate_up, pool);
-    for_rows([&](std::size_t r0, std::size_t r1) {
-      kernels::silu_mul(s.gate.data() + r0 * I, s.up.data() + r0 * I, (r1 - r0) * I);
+  } else {
+    // The observer accumulates into per-(sequence, head) arrays: one task per (sequence, KV
+    // head) runs that sequence's rows in order, so no two threads touch the same array.
+    std::vector<std::size_t> seq_begin;
+    for (std::size_t r = 0; r < T; ++r)
+      if (r == 0 || rows[r].cache != rows[r - 1].cache) seq_begin.push_back(r);
+    seq_begin.push_back(T);
+    const std::size_t n_seq = seq_begin.size() - 1;
+    pool_.parallel_for(n_seq * static_cast<std::size_t>(Hkv), [&](std::size_t task) {
+      const std::size_t sq = task / static_cast<std::size_t>(Hkv);
+      const int h = static_cast<int>(task % static_cast<std::size_t>(Hkv));
+      for (std::size_t r = seq_begin[sq]; r < seq_begin[sq + 1]; ++r) attend(r, h);
     });
-    kernels::matmul(s.gate.data(), T, w.down, s.xn.data(), pool);
-    for_rows([&](std::size_t r0, std::size_t r1) {
-      for (std::size_t i = r0 * H; i < r1 * H; ++i) s.x[i] += s.xn[i];
-    });
-    if (observer != nullptr) observer->after_layer(l, rows, s.x.data());
   }
+}
 
-  for_rows([&](std::size_t r0, std::size_t r1) {
-    for (std::size_t r = r0; r < r1; ++r)
-      rms_norm(s.x.data() + r * H, final_norm_.data(), s.xn.data() + r * H, static_cast<int>(H),
-               c.rms_norm_eps);
-  });
-  if (observer != nullptr) observer->final_hidden(rows, s.xn.data());
-  std::size_t n_logits = 0;
-  s.logits_hidden.resize(T * H);
-  for (std::size_t r = 0; r < T; ++r) {
-    if (!rows[r].want_logits) continue;
-    std::memcpy(s.logits_hidden.data() + n_logits * H, s.xn.data() + r * H, H * sizeof(float));
-    ++n_logits;
+}  // namespace
+
+void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& scratch, ThreadPool& pool,
+                    float* logits, ForwardObserver* observer) const {
+  if (device_ops_) {
+    // One forward pass at a time on the device: its activations are the backend's.
+    std::lock_guard<std::mutex> lock(device_mutex_);
+    run_forward(config_, *device_ops_, rows, logits, observer);
+    return;
   }
-  if (n_logits > 0 && logits != nullptr)
-    kernels::matmul(s.logits_hidden.data(), n_logits, lm_head_, logits, pool);
+  CpuOps ops(*this, scratch, pool);
+  run_forward(config_, ops, rows, logits, observer);
 }
 
 }  // namespace rkv

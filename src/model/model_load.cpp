@@ -145,14 +145,4 @@ Model::MatmulFootprint Model::matmul_footprint() const {
   return f;
 }
 
-KvCacheShape Model::cache_shape(int capacity, int window, std::optional<KvDtype> dtype) const {
-  return {config_.num_layers,
-          config_.num_kv_heads,
-          config_.num_heads,
-          config_.head_dim,
-          capacity,
-          window,
-          dtype.value_or(default_kv_dtype())};
-}
-
 }  // namespace rkv
