@@ -73,6 +73,18 @@ std::uint64_t BatchEngine::submit(BatchRequest request) {
   seq->max_new = std::min(request.max_new_tokens, context - prompt);
   seq->capacity = seq->compressor->cache_capacity(prompt, seq->max_new);
   seq->kv_dtype = kv_dtype(request);
+  if (model_.device() != Device::Cpu) {
+    // The CUDA backend runs the forward pass and fullkv caches; compression, steering and a q8_0
+    // cache run on the CPU only in this build (docs/GPU.md).
+    if (seq->compressor->enabled() || request.steering.enabled())
+      throw Error("--kv-method " + std::string(method_name(request.compression.method)) +
+                  (request.steering.enabled() ? " with steering" : "") +
+                  " runs on --device cpu only: the CUDA backend runs fullkv (docs/GPU.md)");
+    if (seq->kv_dtype == KvDtype::q8_0)
+      throw Error(
+          "a q8_0 KV cache has no CUDA kernels: use --kv-dtype bf16, f16 or f32 on "
+          "--device cuda, or run with --device cpu");
+  }
   seq->slot_bytes = KvCache::slot_bytes_for(
       model_.cache_shape(seq->capacity, seq->compressor->window(), seq->kv_dtype));
   if (options_.kv_memory_bytes > 0 && seq->slot_bytes > options_.kv_memory_bytes)

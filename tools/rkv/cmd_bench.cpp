@@ -26,6 +26,7 @@ namespace {
 struct Args {
   std::string model;
   std::string matmul_precision;
+  std::string device;  // --device
   std::string attention_precision;
   int prompt_len = 128;
   std::string gen_lens = "2048";
@@ -60,7 +61,7 @@ void run(const Args& a) {
     if (b == "max" && cap == 0)
       throw Error("--batch max needs a memory cap: give --kv-memory (e.g. 2GiB)");
 
-  auto model = load_model(a.model, a.matmul_precision, a.attention_precision);
+  auto model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device);
   const ModelConfig& c = model->config();
   ThreadPool pool(a.threads);
   const KvDtype kv_dtype = a.kv->kv_dtype().value_or(model->default_kv_dtype());
@@ -334,6 +335,7 @@ void setup(CLI::App& app) {
       app, "--latency-plot", a->latency_plot,
       "Write the per-token decode latency of one sequence per method, against position, as SVG");
   add_precision_options(app, a->matmul_precision, a->attention_precision);
+  add_device_option(app, a->device);
   add_threads_option(app, a->threads);
   add_kv_options(app, a->kv);
   app.callback([a] { run(*a); });

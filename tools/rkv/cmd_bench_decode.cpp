@@ -26,6 +26,7 @@ namespace {
 struct Args {
   std::string model;
   std::string matmul_precision;
+  std::string device;  // --device
   std::string attention_precision;
   std::string depths = "0,1024,4096";
   int n_prompt = 512;
@@ -62,6 +63,7 @@ void setup(CLI::App& app) {
                "Skip measuring the machine's limits (streaming-read bandwidth and compute peak "
                "with the same threads, about 3 s) and the columns that compare with them");
   add_precision_options(app, args->matmul_precision, args->attention_precision);
+  add_device_option(app, args->device);
   add_threads_option(app, args->threads);
   add_kv_options(app, args->kv);
   app.callback([args] {
@@ -72,7 +74,8 @@ void setup(CLI::App& app) {
       if (d < 0) throw Error("--depths: depths must be >= 0");
     if (args->n_prompt == 0 && args->n_gen == 0)
       throw Error("-p 0 and -n 0: nothing to measure (give a prompt length or a decode length)");
-    auto model = load_model(args->model, args->matmul_precision, args->attention_precision);
+    auto model =
+        load_model(args->model, args->matmul_precision, args->attention_precision, args->device);
     const ModelConfig& c = model->config();
     const KvDtype kv_dtype = kv_dtype_flag.value_or(model->default_kv_dtype());
     const KvTokenBytes per_token = KvCache::token_bytes_for(model->cache_shape(1, 0, kv_dtype));

@@ -17,6 +17,7 @@ namespace {
 struct Args {
   std::string model, tokenizer, dataset, preset, question_field, answer_field;
   std::string matmul_precision;
+  std::string device;  // --device
   std::string attention_precision;
   std::size_t limit = 0;
   int samples = 1;
@@ -67,7 +68,7 @@ void run(const Args& a) {
   o.max_batch = a.max_batch;
   o.out_dir = a.out;
 
-  auto model = load_model(a.model, a.matmul_precision, a.attention_precision);
+  auto model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device);
   const Tokenizer tokenizer = Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer);
   o.steering = a.steering->load(*model);
   ThreadPool pool(a.threads);
@@ -135,6 +136,7 @@ void setup(CLI::App& app) {
                   "Output directory (resumes when it already holds samples.jsonl)")
       ->required();
   add_precision_options(app, a->matmul_precision, a->attention_precision);
+  add_device_option(app, a->device);
   add_threads_option(app, a->threads);
   add_kv_options(app, a->kv);
   add_steering_options(app, a->steering);

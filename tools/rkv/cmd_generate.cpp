@@ -22,6 +22,7 @@ namespace {
 struct Args {
   std::string model;
   std::string matmul_precision;
+  std::string device;  // --device
   std::string attention_precision;
   std::string tokenizer;
   std::string prompt;
@@ -50,7 +51,7 @@ void run(const Args& a) {
   const bool needs_tokenizer = a.prompt_ids.empty() || !a.print_ids ||
                                request.compression.method == Method::skipkv ||
                                !g.steering->path.empty() || !a.trace.empty();
-  auto model = load_model(a.model, a.matmul_precision, a.attention_precision);
+  auto model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device);
   std::unique_ptr<Tokenizer> tokenizer;
   if (needs_tokenizer)
     tokenizer =
@@ -142,6 +143,7 @@ void setup(CLI::App& app) {
   app.add_flag("--print-ids", a->print_ids,
                "Print the generated token ids as a JSON list instead of text");
   add_precision_options(app, a->matmul_precision, a->attention_precision);
+  add_device_option(app, a->device);
   add_threads_option(app, a->threads);
   add_generate_options(app, a->gen, "Maximum number of tokens to generate");
   add_flag_option(

@@ -14,6 +14,7 @@ namespace {
 struct Args {
   std::string model;
   std::string matmul_precision;
+  std::string device;  // --device
   std::string attention_precision;
   std::string ids;
   int last = 1;
@@ -32,6 +33,7 @@ void setup(CLI::App& app) {
       ->check(at_least(1));
   add_kv_dtype_option(app, args->kv_dtype);
   add_precision_options(app, args->matmul_precision, args->attention_precision);
+  add_device_option(app, args->device);
   add_threads_option(app, args->threads);
   app.callback([args] {
     const std::vector<int> ids = parse_int_list(args->ids, "--ids");
@@ -39,7 +41,8 @@ void setup(CLI::App& app) {
     if (args->last > static_cast<int>(ids.size()))
       throw Error("--last " + std::to_string(args->last) + " is more than the " +
                   std::to_string(ids.size()) + " ids given");
-    auto model = load_model(args->model, args->matmul_precision, args->attention_precision);
+    auto model =
+        load_model(args->model, args->matmul_precision, args->attention_precision, args->device);
     const int V = model->config().vocab_size;
     if (static_cast<int>(ids.size()) > model->config().max_position_embeddings)
       throw Error(std::to_string(ids.size()) + " ids exceed the model's context of " +

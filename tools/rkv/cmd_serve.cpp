@@ -27,6 +27,7 @@ struct Args {
                                 reasoning_format = "parsed";
   int port = 8080;
   std::string matmul_precision;
+  std::string device;  // --device
   std::string attention_precision;
   int parallel = 0;
   int queue_limit = 64;
@@ -111,7 +112,7 @@ void run(const Args& a) {
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Engine> engine;
   try {
-    model = load_model(a.model, a.matmul_precision, a.attention_precision);
+    model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device);
     tokenizer =
         std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
     defaults.steering = g.steering->load(*model);
@@ -193,6 +194,7 @@ void setup(CLI::App& app) {
                   "parsed: the chain of thought in message.reasoning_content; none: inline in "
                   "the content (a request's 'reasoning_format' overrides)");
   add_precision_options(app, a->matmul_precision, a->attention_precision);
+  add_device_option(app, a->device);
   add_threads_option(app, a->threads);
   a->gen->n_predict = 2048;
   add_generate_options(app, a->gen,

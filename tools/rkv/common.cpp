@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "rkv/device.h"
 
 namespace rkv::cli {
 
@@ -109,11 +110,28 @@ void add_precision_options(CLI::App& app, std::string& matmul, std::string& atte
       ->check(CLI::IsMember({"exact", "llamacpp"}));
 }
 
+void add_device_option(CLI::App& app, std::string& device) {
+  device = "auto";
+  add_flag_option(app, "--device", device,
+                  "Where the forward pass runs: cpu, cuda (the CUDA backend: weights, activations "
+                  "and KV caches in GPU memory; fullkv only for now, docs/GPU.md) or auto (cuda "
+                  "when rkv was built with it and a GPU is visible, else cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+}
+
 std::unique_ptr<Model> load_model(const std::string& path, const std::string& matmul_precision,
-                                  const std::string& attention_precision) {
+                                  const std::string& attention_precision,
+                                  const std::string& device) {
+  // The device first: asking for one that cannot run fails before the weights are read.
+  const Device where = resolve_device(parse_device(device));
   auto model = Model::load(path);
   model->set_matmul_precision(kernels::parse_matmul_precision(matmul_precision));
   model->set_attention_precision(kernels::parse_attention_precision(attention_precision));
+  if (where != Device::Cpu) {
+    model->use_device(where);
+    std::fprintf(stderr, "rkv: running on %s (%s): %s\n", std::string(device_name(where)).c_str(),
+                 cuda_summary().c_str(), model->device_memory_report().c_str());
+  }
   return model;
 }
 

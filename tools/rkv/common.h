@@ -48,9 +48,14 @@ void add_model_options(CLI::App& app, std::string& model, std::string& tokenizer
 // into `matmul` and `attention`, which start as "exact".
 void add_precision_options(CLI::App& app, std::string& matmul, std::string& attention);
 
-// Model::load(path) with --matmul-precision and --attention-precision values applied.
+// --device cpu|cuda|auto (RKV_ARG_DEVICE; rkv/device.h) into `device`, which starts as "auto".
+void add_device_option(CLI::App& app, std::string& device);
+
+// Model::load(path) with --matmul-precision and --attention-precision values applied, moved to
+// --device's device (a line on stderr says which GPU and what its memory holds).
 std::unique_ptr<Model> load_model(const std::string& path, const std::string& matmul_precision,
-                                  const std::string& attention_precision);
+                                  const std::string& attention_precision,
+                                  const std::string& device);
 
 // Human-readable byte count: "12.5 MiB".
 std::string format_bytes(double bytes);
