@@ -146,6 +146,9 @@ class RecordingOps final : public ForwardOps {
   void logits(std::span<const ForwardRow>, Act in, float*) override {
     calls.push_back("logits " + std::to_string(static_cast<int>(in)));
   }
+  void end(std::span<const ForwardRow> rows) override {
+    calls.push_back("end " + std::to_string(rows.size()));
+  }
 
  private:
   bool on_host_;
@@ -194,6 +197,7 @@ TEST(RunForward, StringsTheStepsOfEveryLayerInOrder) {
   }
   expected.push_back("norm2 0 0>1");
   expected.push_back("logits 1");
+  expected.push_back("end 2");
   EXPECT_EQ(ops.calls, expected);
   EXPECT_EQ(observer.appended, 2);
   EXPECT_EQ(observer.layers, 2);
@@ -224,7 +228,9 @@ TEST(RunForward, ADeviceBackendRefusesAnObserverThatNeedsHostMemory) {
   EXPECT_EQ(observer.appended, 2);
   EXPECT_EQ(observer.layers, 0);
   EXPECT_EQ(observer.finals, 0);
-  EXPECT_EQ(ops.calls.back(), "norm2 0 0>1");  // no logits asked for: no logits step
+  // No logits asked for: no logits step.
+  EXPECT_EQ(ops.calls[ops.calls.size() - 2], "norm2 0 0>1");
+  EXPECT_EQ(ops.calls.back(), "end 1");
 }
 
 TEST(RunForward, ValidatesTheRowsBeforeAnyStep) {

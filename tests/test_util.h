@@ -87,13 +87,20 @@ inline const std::filesystem::path& self_made_model() {
   return made.dir;
 }
 
+// The repository: where it was built, or $RKV_SOURCE_DIR (the GPU tests run from a copy of the
+// working tree on another machine: scripts/gpu-check.sh).
+inline std::filesystem::path source_dir() {
+  if (const char* env = std::getenv("RKV_SOURCE_DIR"); env != nullptr && *env != '\0') return env;
+  return RKV_SOURCE_DIR;
+}
+
 // The model the repository ships (models/rkv-tiny-reasoner) and the first `n` problems of its
 // held-out set (data/chains_test.jsonl: the bare program, which is its whole prompt).
 inline std::filesystem::path shipped_model_dir() {
-  return std::filesystem::path(RKV_SOURCE_DIR) / "models/rkv-tiny-reasoner";
+  return source_dir() / "models/rkv-tiny-reasoner";
 }
 inline std::vector<std::string> held_out_problems(std::size_t n) {
-  std::ifstream in(std::filesystem::path(RKV_SOURCE_DIR) / "data/chains_test.jsonl");
+  std::ifstream in(source_dir() / "data/chains_test.jsonl");
   std::vector<std::string> out;
   std::string line;
   while (out.size() < n && std::getline(in, line))

@@ -26,6 +26,14 @@ int cuda_device_count();
 // none ("rkv was built without CUDA", "no CUDA device is visible: ...").
 std::string cuda_summary();
 
+// The CUDA device's measured ceilings (about 2 s): a 1 GiB device-to-device copy (bytes read plus
+// written per second) and a bf16 cuBLAS GEMM of 8192^3. Throws rkv::Error without a device.
+struct CudaLimits {
+  double copy_gb_per_s = 0.0;
+  double bf16_gemm_gflop_per_s = 0.0;
+};
+CudaLimits measure_cuda_limits();
+
 // The device to run on: the one asked for, or for nullopt (auto) cuda when it is built and a
 // device is visible, else cpu. Asking for cuda where it cannot run throws rkv::Error saying why
 // and naming --device cpu.

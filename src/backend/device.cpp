@@ -48,6 +48,16 @@ std::string cuda_summary() {
 #endif
 }
 
+CudaLimits measure_cuda_limits() {
+  resolve_device(Device::Cuda);
+#ifdef RKV_HAVE_CUDA
+  const cuda::Limits l = cuda::measure_limits();
+  return {l.copy_gb_per_s, l.bf16_gemm_gflop_per_s};
+#else
+  return {};
+#endif
+}
+
 Device resolve_device(std::optional<Device> requested) {
   if (!requested) return cuda_device_count() > 0 ? Device::Cuda : Device::Cpu;
   if (*requested == Device::Cuda && cuda_device_count() == 0)

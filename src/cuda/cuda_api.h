@@ -26,6 +26,15 @@ struct Memory {
 };
 Memory memory();
 
+// The card's two ceilings, measured (docs/GPU.md): a device-to-device copy of 1 GiB (bytes read
+// plus bytes written over the time), and a bf16 cuBLAS GEMM of 8192^3 with float32 accumulation,
+// both on random data, the best of several runs timed with events.
+struct Limits {
+  double copy_gb_per_s = 0.0;
+  double bf16_gemm_gflop_per_s = 0.0;
+};
+Limits measure_limits();
+
 // The forward pass's steps on the GPU: the model's weights copied to device memory in their
 // stored dtype (f32, bf16, f16), activations and caches there too. Throws rkv::Error for weights
 // it has no kernels for (quantized GGUF types) and when the device runs out of memory.

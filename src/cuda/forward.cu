@@ -1,9 +1,8 @@
 // The forward pass's steps on a CUDA device (ForwardOps): weights copied to device memory in their
-// stored dtype, activations and KV caches there too, one stream. Matrix products of up to
-// kGemvMaxRows rows run the backend's GEMV (the weights streamed once for all rows); larger ones
-// cuBLAS: float32 weights by SGEMM (no TF32), 16-bit weights by GemmEx on the activations split
-// into two 16-bit parts (x = hi + lo; the llama.cpp precision uses hi alone), accumulating in
-// float32. The only host round trip of a pass is the logits' copy back.
+// stored dtype, activations and KV caches there too, one stream; matrix products by DeviceMatmul
+// (matmul.cuh). The only host round trip of a pass is the logits' copy back. Everything a pass
+// needs is allocated in begin(), before any cache is written, and the caches' new lengths are
+// recorded in end(), so a pass that fails leaves every cache as it was.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -16,6 +15,7 @@
 #include "cuda/cuda_api.h"
 #include "cuda/cuda_util.cuh"
 #include "cuda/kernels.cuh"
+#include "cuda/matmul.cuh"
 #include "model/model.h"
 
 namespace rkv::cuda {
@@ -69,13 +69,6 @@ void attach_storage(KvCache& cache) {
   cache.set_device_storage(s, release_kv);
 }
 
-struct DeviceWeight {
-  const void* data = nullptr;
-  DType dtype = DType::F32;
-  int rows = 0;
-  int cols = 0;
-};
-
 struct DeviceLayer {
   std::array<DeviceWeight, 7> proj;  // by Proj
   const float* q_bias = nullptr;
@@ -94,26 +87,22 @@ std::size_t align_up(std::size_t n, std::size_t a) {
 class CudaOps final : public ForwardOps {
  public:
   explicit CudaOps(const Model& model) : m_(model), c_(model.config()) {
+    if (c_.head_dim > 256 || c_.head_dim % 2 != 0)
+      throw Error("the CUDA backend supports even head sizes up to 256, not " +
+                  std::to_string(c_.head_dim) + ": run with --device cpu");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    const cublasStatus_t st = cublasCreate(&blas_);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-      cudaStreamDestroy(stream_);
-      check(st, "cublasCreate");
-    }
     try {
-      check(cublasSetStream(blas_, stream_), "cublasSetStream");
-      // Float32 products in float32: no TF32 (the golden tolerance is for float32 arithmetic).
-      check(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+      matmul_ = std::make_unique<DeviceMatmul>(stream_);
       upload_weights();
     } catch (...) {
-      cublasDestroy(blas_);
+      matmul_.reset();
       cudaStreamDestroy(stream_);
       throw;
     }
   }
   ~CudaOps() override {
     cudaStreamSynchronize(stream_);
-    cublasDestroy(blas_);
+    matmul_.reset();
     cudaStreamDestroy(stream_);
   }
   CudaOps(const CudaOps&) = delete;
@@ -130,8 +119,8 @@ class CudaOps final : public ForwardOps {
     const auto l = static_cast<std::size_t>(layer);
     for (const Product& p : products) {
       const auto i = static_cast<std::size_t>(p.proj);
-      matmul(buf(in), T_, layers_[l].proj[i], projection(m_.layer(layer), p.proj).precision,
-             buf(p.out));
+      matmul_->run(buf(in), T_, layers_[l].proj[i], projection(m_.layer(layer), p.proj).precision,
+                   buf(p.out));
     }
   }
   void prepare_qkv(int layer) override {
@@ -175,12 +164,17 @@ class CudaOps final : public ForwardOps {
   }
   float* host(Act) override { return nullptr; }
   void logits(std::span<const ForwardRow> rows, Act in, float* out) override;
+  // The pass is through: the caches' lengths take its rows, in every layer.
+  void end(std::span<const ForwardRow>) override {
+    for (const auto& [cache, count] : sequences_)
+      for (int l = 0; l < c_.num_layers; ++l) cache->note_device_append(l, count);
+  }
 
   std::string memory_report() const {
-    std::size_t workspace = 0;
+    std::size_t workspace = matmul_->workspace_bytes();
     for (const DeviceBuffer* b :
          {&act_[0], &act_[1], &act_[2], &act_[3], &act_[4], &act_[5], &act_[6], &act_[7], &cos_,
-          &sin_, &hi_, &lo_, &rounded_, &logits_hidden_, &logits_, &meta_})
+          &sin_, &logits_hidden_, &logits_, &meta_})
       workspace += b->bytes();
     const Memory mem = memory();
     char line[256];
@@ -244,46 +238,10 @@ class CudaOps final : public ForwardOps {
     }
   }
 
-  // y[T][w.rows] = x[T][w.cols] w^T.
-  void matmul(const float* x, int T, const DeviceWeight& w, kernels::MatmulPrecision precision,
-              float* y) {
-    const bool rounded = precision == kernels::MatmulPrecision::Rounded && w.dtype != DType::F32;
-    const std::size_t n = static_cast<std::size_t>(T) * w.cols;
-    if (T <= kGemvMaxRows && w.cols % 8 == 0) {
-      if (rounded) {
-        rounded_.grow(n * sizeof(float), "the rounded activations");
-        round_activations(x, n, w.dtype, rounded_.as<float>(), stream_);
-        x = rounded_.as<float>();
-      }
-      gemv(x, T, w.data, w.dtype, w.rows, w.cols, y, stream_);
-      return;
-    }
-    const float one = 1.0f, zero = 0.0f;
-    if (w.dtype == DType::F32) {
-      check(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, T, w.cols, &one,
-                        static_cast<const float*>(w.data), w.cols, x, w.cols, &zero, y, w.rows),
-            "cublasSgemm");
-      return;
-    }
-    const cudaDataType type = w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    hi_.grow(n * 2, "the activations' 16-bit parts");
-    if (!rounded) lo_.grow(n * 2, "the activations' 16-bit parts");
-    split_activations(x, n, w.dtype, hi_.get(), rounded ? nullptr : lo_.get(), stream_);
-    check(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, T, w.cols, &one, w.data, type,
-                       w.cols, hi_.get(), type, w.cols, &zero, y, CUDA_R_32F, w.rows,
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-          "cublasGemmEx");
-    if (rounded) return;
-    check(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, T, w.cols, &one, w.data, type,
-                       w.cols, lo_.get(), type, w.cols, &one, y, CUDA_R_32F, w.rows,
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-          "cublasGemmEx");
-  }
-
   const Model& m_;
   const ModelConfig& c_;
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t blas_ = nullptr;
+  std::unique_ptr<DeviceMatmul> matmul_;
 
   std::vector<DeviceBuffer> weights_;
   std::unordered_map<const void*, const void*> uploaded_;
@@ -295,7 +253,7 @@ class CudaOps final : public ForwardOps {
 
   // The pass's activations (by Act), RoPE tables and the products' scratch.
   std::array<DeviceBuffer, 8> act_;
-  DeviceBuffer cos_, sin_, hi_, lo_, rounded_, logits_hidden_, logits_;
+  DeviceBuffer cos_, sin_, logits_hidden_, logits_;
   // The pass's row data, copied in one transfer: tokens, positions, cache rows, entry indices
   // ([layers][T]) and the rows that want logits.
   DeviceBuffer meta_;
@@ -314,6 +272,8 @@ class CudaOps final : public ForwardOps {
 void CudaOps::begin(std::span<const ForwardRow> rows) {
   // The previous pass may still be running on the stream: let it finish before buffers move.
   check(cudaStreamSynchronize(stream_), "the previous forward pass");
+  if (m_.attention_precision() != kernels::AttentionPrecision::Exact)
+    throw Error("--attention-precision llamacpp runs on --device cpu only");
   T_ = static_cast<int>(rows.size());
   const std::size_t T = rows.size();
   const std::size_t L = static_cast<std::size_t>(c_.num_layers);
@@ -387,21 +347,22 @@ void CudaOps::begin(std::span<const ForwardRow> rows) {
   const int half = c_.head_dim / 2;
   cos_.grow(T * static_cast<std::size_t>(half) * sizeof(float), "the RoPE tables");
   sin_.grow(T * static_cast<std::size_t>(half) * sizeof(float), "the RoPE tables");
+  matmul_->reserve(T_, static_cast<int>(std::max({H, QD, I})));
+  const auto n = static_cast<std::size_t>(n_logits_);
+  logits_hidden_.grow(n * H * sizeof(float), "the logits' hidden states");
+  logits_.grow(n * static_cast<std::size_t>(c_.vocab_size) * sizeof(float), "the logits");
 
   embed(embed_.data, embed_.dtype, d_tokens_, T_, c_.hidden_size, buf(Act::X), stream_);
   rope_tables(d_positions_, inv_freq_, T_, half, cos_.as<float>(), sin_.as<float>(), stream_);
 }
 
 void CudaOps::logits(std::span<const ForwardRow> rows, Act in, float* out) {
-  const std::size_t H = static_cast<std::size_t>(c_.hidden_size);
   const std::size_t V = static_cast<std::size_t>(c_.vocab_size);
   const auto n = static_cast<std::size_t>(n_logits_);
-  logits_hidden_.grow(n * H * sizeof(float), "the logits' hidden states");
-  logits_.grow(n * V * sizeof(float), "the logits");
   gather_rows(buf(in), d_logit_rows_, n_logits_, c_.hidden_size, logits_hidden_.as<float>(),
               stream_);
-  matmul(logits_hidden_.as<float>(), n_logits_, lm_head_, m_.lm_head().precision,
-         logits_.as<float>());
+  matmul_->run(logits_hidden_.as<float>(), n_logits_, lm_head_, m_.lm_head().precision,
+               logits_.as<float>());
   check(cudaMemcpyAsync(out, logits_.get(), n * V * sizeof(float), cudaMemcpyDeviceToHost, stream_),
         "copying the logits back");
   check(cudaStreamSynchronize(stream_), "the forward pass");

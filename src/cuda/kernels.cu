@@ -268,12 +268,13 @@ __global__ void round_kernel(const float* x, std::size_t n, float* out) {
 }
 
 template <typename T>
-__global__ void split_kernel(const float* x, std::size_t n, T* hi, T* lo) {
+__global__ void split_kernel(const float* x, std::size_t n, float scale, T* hi, T* lo) {
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const T h = from_f32<T>(x[i]);
+  const float v = __fmul_rn(x[i], scale);  // a power of two: exact
+  const T h = from_f32<T>(v);
   hi[i] = h;
-  if (lo != nullptr) lo[i] = from_f32<T>(x[i] - to_f32(h));
+  if (lo != nullptr) lo[i] = from_f32<T>(__fsub_rn(v, to_f32(h)));
 }
 
 // ---- the GEMV ----
@@ -488,13 +489,13 @@ void gather_rows(const float* x, const int* rows, int n, int H, float* out, cuda
   check_launch("gather_rows");
 }
 
-void split_activations(const float* x, std::size_t n, DType dtype, void* hi, void* lo,
+void split_activations(const float* x, std::size_t n, DType dtype, float scale, void* hi, void* lo,
                        cudaStream_t stream) {
   if (dtype == DType::BF16)
-    split_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n, static_cast<__nv_bfloat16*>(hi),
-                                                         static_cast<__nv_bfloat16*>(lo));
+    split_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(
+        x, n, scale, static_cast<__nv_bfloat16*>(hi), static_cast<__nv_bfloat16*>(lo));
   else if (dtype == DType::F16)
-    split_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n, static_cast<__half*>(hi),
+    split_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n, scale, static_cast<__half*>(hi),
                                                          static_cast<__half*>(lo));
   else
     throw Error("split_activations: only BF16 and F16");

@@ -65,9 +65,10 @@ void add(float* y, const float* x, std::size_t n, cudaStream_t stream);
 void silu_mul(float* gate, const float* up, std::size_t n, cudaStream_t stream);
 // out[i][:] = x[rows[i]][:], rows of H.
 void gather_rows(const float* x, const int* rows, int n, int H, float* out, cudaStream_t stream);
-// x (n values) to the 16-bit `dtype` (BF16 or F16), rounded to nearest even: hi = round(x) and,
-// when lo is not null, lo = round(x - hi), so that hi + lo carries x to about 16 bits more.
-void split_activations(const float* x, std::size_t n, DType dtype, void* hi, void* lo,
+// scale * x (n values; scale a power of two) to the 16-bit `dtype` (BF16 or F16), rounded to
+// nearest even: hi = round(scale x) and, when lo is not null, lo = round(scale x - hi), so that
+// hi + lo carries scale x to about 16 bits more.
+void split_activations(const float* x, std::size_t n, DType dtype, float scale, void* hi, void* lo,
                        cudaStream_t stream);
 // out = x rounded to nearest even to BF16 or F16 and widened back (kernels::round_activations).
 void round_activations(const float* x, std::size_t n, DType dtype, float* out, cudaStream_t stream);

@@ -89,6 +89,10 @@ class ForwardOps {
   // The logits of the rows with want_logits, from `in` (the final norm's output), in row order,
   // into host memory out[n][vocab].
   virtual void logits(std::span<const ForwardRow> rows, Act in, float* out) = 0;
+  // The pass is complete. A device backend records here the entries append_kv wrote in its
+  // caches' lengths (so a pass that fails part-way changes none); the CPU's append does it as it
+  // goes.
+  virtual void end(std::span<const ForwardRow> rows) {}
 };
 
 // The forward pass (golden models README, "Architecture details"), per layer

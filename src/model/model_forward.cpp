@@ -116,6 +116,7 @@ void run_forward(const ModelConfig& c, ForwardOps& ops, std::span<const ForwardR
   bool any_logits = false;
   for (const ForwardRow& row : rows) any_logits = any_logits || row.want_logits;
   if (any_logits && logits != nullptr) ops.logits(rows, Act::XN, logits);
+  ops.end(rows);
 }
 
 const kernels::WeightView& projection(const LayerWeights& w, Proj p) {

@@ -21,6 +21,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cuda/kernels.cuh"
+#include "cuda/matmul.cuh"
 #include "engine/batch_engine.h"
 #include "engine/generator.h"
 #include "eval/runner.h"
@@ -89,7 +90,7 @@ TEST(GpuKernels, AttentionMatchesFloat64) {
   RKV_REQUIRE_GPU();
   const int Hq = 4, Hkv = 2, G = Hq / Hkv, layers = 2, layer = 1;
   for (KvDtype dtype : {KvDtype::f32, KvDtype::bf16, KvDtype::f16}) {
-    for (int D : {16, 64, 128}) {
+    for (int D : {16, 48, 64, 96, 128, 256}) {
       for (int n : {1, 7, 300, 4100}) {
         const int cap = n + 3, T = 2;
         const std::size_t rb = kv_row_bytes(dtype, D);
@@ -140,22 +141,28 @@ TEST(GpuKernels, AttentionMatchesFloat64) {
   }
 }
 
+// Weights of `dtype` from f32 values, and the values they hold.
+std::vector<std::byte> store_weights(const std::vector<float>& wf, DType dtype,
+                                     std::vector<float>& held) {
+  std::vector<std::byte> w(wf.size() * dtype_size(dtype));
+  held.resize(wf.size());
+  for (std::size_t i = 0; i < wf.size(); ++i) {
+    if (dtype == DType::F32)
+      reinterpret_cast<float*>(w.data())[i] = wf[i];
+    else
+      reinterpret_cast<std::uint16_t*>(w.data())[i] =
+          dtype == DType::BF16 ? f32_to_bf16(wf[i]) : f32_to_f16(wf[i]);
+    held[i] = load_as_f32(w.data(), dtype, i);
+  }
+  return w;
+}
+
 TEST(GpuKernels, GemvMatchesFloat64) {
   RKV_REQUIRE_GPU();
   const int N = 1000, K = 4096;
   for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
-    const auto wf = randn(static_cast<std::size_t>(N) * K, 11);
-    std::vector<std::byte> w(static_cast<std::size_t>(N) * K * dtype_size(dtype));
-    std::vector<float> wq(wf.size());
-    for (std::size_t i = 0; i < wf.size(); ++i) {
-      if (dtype == DType::F32) {
-        reinterpret_cast<float*>(w.data())[i] = wf[i];
-      } else {
-        const std::uint16_t b = dtype == DType::BF16 ? f32_to_bf16(wf[i]) : f32_to_f16(wf[i]);
-        reinterpret_cast<std::uint16_t*>(w.data())[i] = b;
-      }
-      wq[i] = load_as_f32(w.data(), dtype, i);
-    }
+    std::vector<float> wq;
+    const auto w = store_weights(randn(static_cast<std::size_t>(N) * K, 11), dtype, wq);
     Dev<std::byte> dw(w);
     for (int T = 1; T <= cuda::kGemvMaxRows; ++T) {
       const auto x = randn(static_cast<std::size_t>(T) * K, 20 + T);
@@ -175,6 +182,49 @@ TEST(GpuKernels, GemvMatchesFloat64) {
       EXPECT_LT(rel_error(ref, y.data(), y.size()), 1e-6) << dtype_name(dtype) << " T=" << T;
     }
   }
+}
+
+// Both paths of DeviceMatmul (GEMV up to 8 rows, cuBLAS above) in both precisions, against float64:
+// exact multiplies x itself, rounded multiplies x rounded to the weights' type. f16 activations up
+// to 2^19 (above f16's range: the scaled split must hold them).
+TEST(GpuKernels, MatmulMatchesFloat64InBothPrecisions) {
+  RKV_REQUIRE_GPU();
+  const int N = 300, K = 512;
+  cudaStream_t stream = nullptr;
+  ok(cudaStreamCreate(&stream));
+  cuda::DeviceMatmul matmul(stream);
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    std::vector<float> held;
+    const auto w = store_weights(randn(static_cast<std::size_t>(N) * K, 31), dtype, held);
+    Dev<std::byte> dw(w);
+    const cuda::DeviceWeight weight{dw.p, dtype, N, K};
+    for (int T : {1, 5, 8, 9, 16, 70}) {
+      for (auto precision : {kernels::MatmulPrecision::Exact, kernels::MatmulPrecision::Rounded}) {
+        auto x = randn(static_cast<std::size_t>(T) * K, 40 + T);
+        if (dtype == DType::F16) x[3] = 524288.0f;  // 2^19
+        Dev<float> dx(x);
+        Dev<float> dy(std::vector<float>(static_cast<std::size_t>(T) * N, NAN));
+        matmul.run(dx.p, T, weight, precision, dy.p);
+        ok(cudaStreamSynchronize(stream));
+        const auto y = dy.get();
+        std::vector<float> xr(x.size());
+        kernels::round_activations(
+            x.data(), x.size(), precision == kernels::MatmulPrecision::Rounded ? dtype : DType::F32,
+            xr.data());
+        std::vector<double> ref(y.size());
+        for (int t = 0; t < T; ++t)
+          for (int n = 0; n < N; ++n) {
+            double acc = 0.0;
+            for (int k = 0; k < K; ++k)
+              acc += static_cast<double>(xr[t * K + k]) * held[static_cast<std::size_t>(n) * K + k];
+            ref[static_cast<std::size_t>(t) * N + n] = acc;
+          }
+        EXPECT_LT(rel_error(ref, y.data(), y.size()), 1e-5)
+            << dtype_name(dtype) << " T=" << T << " " << kernels::matmul_precision_name(precision);
+      }
+    }
+  }
+  cudaStreamDestroy(stream);
 }
 
 // ---- the golden checkpoints ----
@@ -362,8 +412,7 @@ TEST(GpuEngine, ShippedModelGreedyOutputsEqualTheCpuEngines) {
   const Tokenizer tokenizer = Tokenizer::load(model_dir);
   eval::DatasetOptions options;
   options.preset = "chains";
-  eval::Dataset data =
-      eval::load_dataset(std::filesystem::path(RKV_SOURCE_DIR) / "data/chains_test.jsonl", options);
+  eval::Dataset data = eval::load_dataset(test::source_dir() / "data/chains_test.jsonl", options);
   data.examples.resize(std::min(count, data.examples.size()));
   auto run = [&](Device device) {
     auto model = Model::load(model_dir);

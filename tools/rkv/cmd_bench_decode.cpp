@@ -19,6 +19,7 @@
 #include "kv/kv_codec.h"
 #include "kv_options.h"
 #include "model/model.h"
+#include "rkv/device.h"
 
 namespace rkv::cli {
 namespace {
@@ -91,10 +92,23 @@ void setup(CLI::App& app) {
                  "bench-decode: %s (%s, %d layers, hidden %d), %d threads, kernels: %s, matmul "
                  "precision: %s\n",
                  args->model.c_str(), c.architecture_name.c_str(), c.num_layers, c.hidden_size,
-                 args->threads, std::string(kernels::isa_name(kernels::active_isa())).c_str(),
+                 args->threads,
+                 model->device() == Device::Cuda
+                     ? "cuda"
+                     : std::string(kernels::isa_name(kernels::active_isa())).c_str(),
                  args->matmul_precision.c_str());
     std::optional<kernels::MachineLimits> limits;
-    if (!args->no_limits) {
+    if (!args->no_limits && model->device() == Device::Cuda) {
+      // On the GPU: decode against the card's copy bandwidth, prompt processing against cuBLAS's
+      // bf16 GEMM rate (docs/GPU.md).
+      std::fprintf(stderr, "bench-decode: measuring the GPU's limits...\n");
+      const CudaLimits gpu = measure_cuda_limits();
+      limits = kernels::MachineLimits{gpu.copy_gb_per_s, gpu.bf16_gemm_gflop_per_s,
+                                      "cuBLAS bf16 GEMM", 0, kernels::Isa::Reference};
+      std::printf("GPU limits (%s): device copy %.1f GB/s (read + write); %s %.1f GFLOP/s\n",
+                  cuda_summary().c_str(), limits->read_gb_per_s, limits->compute_name,
+                  limits->peak_gflop_per_s);
+    } else if (!args->no_limits) {
       std::fprintf(stderr, "bench-decode: measuring the machine's limits...\n");
       limits = kernels::measure_machine_limits(pool, kernels::active_isa());
       std::printf("Machine limits (%d threads, %s): streaming read %.1f GB/s; %s %.1f GFLOP/s\n",
@@ -219,6 +233,7 @@ void setup(CLI::App& app) {
                             {"head_params", matmuls.head_params},
                             {"threads", args->threads},
                             {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
+                            {"device", std::string(device_name(model->device()))},
                             {"matmul_precision", args->matmul_precision},
                             {"attention_precision", args->attention_precision},
                             {"results", results}};

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The CUDA backend's checks (docs/GPU.md), split so that each part fits one command on the lent GPU
+# machine (10 minutes a command, no compiler there for rkv's dependencies):
+#
+#   scripts/gpu-check.sh build    here: builds rkv with CUDA (sm_90) into build-gpu/ and gathers
+#                                 what the GPU machine needs into gpu-bin/ (git-ignored): the two
+#                                 binaries, libutf8proc.so.2, the golden checkpoints
+#   scripts/gpu-check.sh test     there: the gpu-labelled tests (parity with the goldens and the CPU
+#                                 engine, kernels against float64), then a short decode benchmark
+#   scripts/gpu-check.sh bench    there: bench-decode at batch 1 on the Llama3-8B shape (random bf16
+#                                 weights) against the card's copy bandwidth, rkv bench at batch 1
+#                                 and 64 (prompt 128, 512 generated), and transformers' generate on
+#                                 the same checkpoint and settings, back to back
+#
+# On the device tool: run(command="scripts/gpu-check.sh test", carry=["gpu-bin"]). Logs and JSON go
+# to $OUT when it is set (the device tool brings them back), else to gpu-out/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+stage=${1:-}
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+
+case "$stage" in
+  build)
+    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DRKV_CUDA=on \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DRKV_BUILD_BENCH=OFF >/dev/null
+    ninja -C build-gpu rkv rkv_gpu_tests
+    rm -rf gpu-bin && mkdir -p gpu-bin/shared/golden
+    cp build-gpu/rkv build-gpu/rkv_gpu_tests gpu-bin/
+    cp "$(ldconfig -p | awk '/libutf8proc.so.2 /{print $NF; exit}')" gpu-bin/
+    cp -r ../shared/golden/models gpu-bin/shared/golden/
+    mkdir -p gpu-bin/shared/golden/gguf
+    cp ../shared/golden/gguf/stories260K-q8_0.gguf gpu-bin/shared/golden/gguf/
+    du -sh gpu-bin
+    ;;
+  test)
+    export LD_LIBRARY_PATH=$PWD/gpu-bin:${LD_LIBRARY_PATH:-}
+    export RKV_SHARED_DIR=$PWD/gpu-bin/shared RKV_SOURCE_DIR=$PWD
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+    set -o pipefail
+    gpu-bin/rkv_gpu_tests 2>&1 | tee "$out/gpu-tests.log" | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|PASSED|FAILED|equal on"
+    for shape in qwen2.5-0.5b; do
+      gpu-bin/rkv make-model --shape $shape --dtype bf16 -o /tmp/rkv-$shape >/dev/null
+      gpu-bin/rkv bench-decode -m /tmp/rkv-$shape --device cuda -d 0,4096 -p 512 -n 128 \
+        --json "$out/bench-decode-$shape.json" | tee "$out/bench-decode-$shape.md"
+    done
+    ;;
+  bench)
+    export LD_LIBRARY_PATH=$PWD/gpu-bin:${LD_LIBRARY_PATH:-}
+    model=/tmp/rkv-r1-distill-llama-8b
+    [ -d $model ] || gpu-bin/rkv make-model --shape r1-distill-llama-8b --dtype bf16 -o $model
+    gpu-bin/rkv bench-decode -m $model --device cuda -d 0,4096 -p 512 -n 128 \
+      --json "$out/bench-decode-8b.json" | tee "$out/bench-decode-8b.md"
+    gpu-bin/rkv bench -m $model --device cuda --prompt-len 128 --gen-lens 512 --methods fullkv \
+      --batch 1,64 --kv-memory 40GiB --kv-dtype bf16 --json "$out/bench-8b.json" \
+      | tee "$out/bench-8b.md"
+    python3 tools/gpu/hf_generate.py $model --batch 1 64 --prompt-len 128 --gen-len 512 --json \
+      | tee "$out/hf-8b.log"
+    ;;
+  *)
+    echo "usage: scripts/gpu-check.sh build|test|bench (see the comment at the top)" >&2
+    exit 2
+    ;;
+esac

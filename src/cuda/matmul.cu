@@ -1,0 +1,80 @@
+// DeviceMatmul (matmul.cuh).
+#include <string>
+
+#include "cuda/kernels.cuh"
+#include "cuda/matmul.cuh"
+
+namespace rkv::cuda {
+
+namespace {
+// f16's largest finite value is 65504: activations are scaled by 2^-kF16Shift before their split
+// and the product by 2^kF16Shift after (powers of two: exact).
+constexpr int kF16Shift = 4;
+}  // namespace
+
+DeviceMatmul::DeviceMatmul(cudaStream_t stream) : stream_(stream) {
+  check(cublasCreate(&blas_), "cublasCreate");
+  try {
+    check(cublasSetStream(blas_, stream_), "cublasSetStream");
+    // Float32 products in float32: no TF32 (the golden tolerance is for float32 arithmetic).
+    check(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+  } catch (...) {
+    cublasDestroy(blas_);
+    throw;
+  }
+}
+
+DeviceMatmul::~DeviceMatmul() {
+  cublasDestroy(blas_);
+}
+
+void DeviceMatmul::reserve(int T, int K) {
+  const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(K);
+  hi_.grow(n * 2, "the activations' 16-bit parts");
+  lo_.grow(n * 2, "the activations' 16-bit parts");
+  rounded_.grow(n * sizeof(float), "the rounded activations");
+}
+
+void DeviceMatmul::run(const float* x, int T, const DeviceWeight& w,
+                       kernels::MatmulPrecision precision, float* y) {
+  if (T == 0) return;
+  const bool rounded = precision == kernels::MatmulPrecision::Rounded && w.dtype != DType::F32;
+  const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(w.cols);
+  if (T <= kGemvMaxRows && w.cols % 8 == 0) {
+    if (rounded) {
+      rounded_.grow(n * sizeof(float), "the rounded activations");
+      round_activations(x, n, w.dtype, rounded_.as<float>(), stream_);
+      x = rounded_.as<float>();
+    }
+    gemv(x, T, w.data, w.dtype, w.rows, w.cols, y, stream_);
+    return;
+  }
+  const float one = 1.0f, zero = 0.0f;
+  if (w.dtype == DType::F32) {
+    check(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, T, w.cols, &one,
+                      static_cast<const float*>(w.data), w.cols, x, w.cols, &zero, y, w.rows),
+          "cublasSgemm");
+    return;
+  }
+  if (w.dtype != DType::BF16 && w.dtype != DType::F16)
+    throw Error("matmul: the CUDA backend has no kernel for " + std::string(dtype_name(w.dtype)) +
+                " weights");
+  const cudaDataType type = w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  const int shift = w.dtype == DType::F16 ? kF16Shift : 0;
+  const float scale_in = 1.0f / static_cast<float>(1 << shift);
+  const float alpha = static_cast<float>(1 << shift);
+  hi_.grow(n * 2, "the activations' 16-bit parts");
+  if (!rounded) lo_.grow(n * 2, "the activations' 16-bit parts");
+  split_activations(x, n, w.dtype, scale_in, hi_.get(), rounded ? nullptr : lo_.get(), stream_);
+  check(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, T, w.cols, &alpha, w.data, type,
+                     w.cols, hi_.get(), type, w.cols, &zero, y, CUDA_R_32F, w.rows,
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
+  if (rounded) return;
+  check(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, T, w.cols, &alpha, w.data, type,
+                     w.cols, lo_.get(), type, w.cols, &one, y, CUDA_R_32F, w.rows,
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
+}
+
+}  // namespace rkv::cuda

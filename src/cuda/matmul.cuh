@@ -1,0 +1,50 @@
+// Matrix products on the GPU: y[T][N] = x[T][K] w[N][K]^T for weights in device memory in their
+// stored dtype (F32, BF16, F16) and float32 activations.
+//  - Up to kGemvMaxRows rows (and K a multiple of 8): the backend's GEMV, the weights read once for
+//    all rows, the activations multiplied as float32 (rounded to the weights' type first with
+//    MatmulPrecision::Rounded).
+//  - More rows: cuBLAS. F32 weights by SGEMM in pedantic math (no TF32). BF16 and F16 weights by
+//    GemmEx with float32 accumulation on the activations split into two 16-bit parts, x = hi + lo,
+//    both multiplied (Exact), or hi alone (Rounded). F16 activations are scaled by 2^-4 first (and
+//    the product by 2^4) so that values up to 2^20 stay inside f16's range.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "core/dtype.h"
+#include "cuda/cuda_util.cuh"
+#include "kernels/kernels.h"
+
+namespace rkv::cuda {
+
+struct DeviceWeight {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  int rows = 0;  // N
+  int cols = 0;  // K
+};
+
+class DeviceMatmul {
+ public:
+  explicit DeviceMatmul(cudaStream_t stream);
+  ~DeviceMatmul();
+  DeviceMatmul(const DeviceMatmul&) = delete;
+  DeviceMatmul& operator=(const DeviceMatmul&) = delete;
+
+  // Makes room for products of up to T rows of up to K columns, so that run() allocates nothing
+  // for them (a pass sizes everything before it touches a cache).
+  void reserve(int T, int K);
+  // y = x w^T, on the stream. Throws rkv::Error for an unsupported dtype or a cuBLAS failure.
+  void run(const float* x, int T, const DeviceWeight& w, kernels::MatmulPrecision precision,
+           float* y);
+  // Bytes of its scratch buffers.
+  std::size_t workspace_bytes() const { return hi_.bytes() + lo_.bytes() + rounded_.bytes(); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  DeviceBuffer hi_, lo_, rounded_;
+};
+
+}  // namespace rkv::cuda
