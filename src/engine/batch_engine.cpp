@@ -21,6 +21,15 @@ BatchEngine::BatchEngine(const Model& model, ThreadPool& pool, BatchEngineOption
   if (options_.max_batch < 0) throw Error("the batch limit must be >= 0 (0: no limit)");
   // A dtype that cannot hold the model's head size fails here, not at the first request.
   if (options_.kv_dtype) kv_row_bytes(*options_.kv_dtype, model.config().head_dim);
+  if (model.device() != Device::Cpu) {
+    // The caches live in the device's memory: the cap is what it has free, less room for the
+    // passes' activations and scratch.
+    const std::size_t free = model.device_free_bytes();
+    const std::size_t reserve = free / 10 + (std::size_t{512} << 20);
+    const std::size_t room = std::max<std::size_t>(free > reserve ? free - reserve : 0, 1);
+    if (options_.kv_memory_bytes == 0 || options_.kv_memory_bytes > room)
+      options_.kv_memory_bytes = room;
+  }
   logits_.resize(static_cast<std::size_t>(model.config().vocab_size));
 }
 
@@ -50,6 +59,21 @@ int BatchEngine::max_concurrent(const BatchRequest& request) const {
   return static_cast<int>(std::min<std::size_t>(n, 1u << 30));
 }
 
+void check_runs_on_device(const Model& model, const CompressionParams& compression,
+                          const SteeringParams& steering, KvDtype kv_dtype) {
+  if (model.device() == Device::Cpu) return;
+  // The CUDA backend runs the forward pass and fullkv caches; compression, steering and a q8_0
+  // cache run on the CPU only in this build (docs/GPU.md).
+  if (compression.method != Method::fullkv || steering.enabled())
+    throw Error("--kv-method " + std::string(method_name(compression.method)) +
+                (steering.enabled() ? " with steering" : "") +
+                " runs on --device cpu only: the CUDA backend runs fullkv (docs/GPU.md)");
+  if (kv_dtype == KvDtype::q8_0)
+    throw Error(
+        "a q8_0 KV cache has no CUDA kernels: use --kv-dtype bf16, f16 or f32 on "
+        "--device cuda, or run with --device cpu");
+}
+
 std::uint64_t BatchEngine::submit(BatchRequest request) {
   const ModelConfig& c = model_.config();
   if (request.prompt.empty()) throw Error("the prompt is empty: give at least one token");
@@ -73,18 +97,11 @@ std::uint64_t BatchEngine::submit(BatchRequest request) {
   seq->max_new = std::min(request.max_new_tokens, context - prompt);
   seq->capacity = seq->compressor->cache_capacity(prompt, seq->max_new);
   seq->kv_dtype = kv_dtype(request);
-  if (model_.device() != Device::Cpu) {
-    // The CUDA backend runs the forward pass and fullkv caches; compression, steering and a q8_0
-    // cache run on the CPU only in this build (docs/GPU.md).
-    if (seq->compressor->enabled() || request.steering.enabled())
-      throw Error("--kv-method " + std::string(method_name(request.compression.method)) +
-                  (request.steering.enabled() ? " with steering" : "") +
-                  " runs on --device cpu only: the CUDA backend runs fullkv (docs/GPU.md)");
-    if (seq->kv_dtype == KvDtype::q8_0)
-      throw Error(
-          "a q8_0 KV cache has no CUDA kernels: use --kv-dtype bf16, f16 or f32 on "
-          "--device cuda, or run with --device cpu");
-  }
+  check_runs_on_device(model_, request.compression, request.steering, seq->kv_dtype);
+  if (model_.device() != Device::Cpu && seq->kv_dtype != kv_dtype(BatchRequest{}))
+    throw Error("on --device cuda every request of a batch uses the engine's KV dtype (" +
+                std::string(kv_dtype_name(kv_dtype(BatchRequest{}))) + "), not " +
+                std::string(kv_dtype_name(seq->kv_dtype)));
   seq->slot_bytes = KvCache::slot_bytes_for(
       model_.cache_shape(seq->capacity, seq->compressor->window(), seq->kv_dtype));
   if (options_.kv_memory_bytes > 0 && seq->slot_bytes > options_.kv_memory_bytes)
@@ -126,6 +143,7 @@ void BatchEngine::retire(Sequence& s) {
   result.id = s.id;
   result.tokens = std::move(s.generated);
   result.stop_reason = s.stop_reason;
+  result.error = s.error;
   result.prompt_tokens = s.prompt_size();
   result.kv_bytes = s.slot_bytes;
   result.kv_dtype = s.kv_dtype;
@@ -247,6 +265,10 @@ void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
     }
     s.next_token = token;
   }
+  retire_finished();
+}
+
+void BatchEngine::retire_finished() {
   // Retire finished sequences and free their slots.
   for (auto& s : running_)
     if (s->finished) retire(*s);
@@ -256,7 +278,20 @@ void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
 bool BatchEngine::step() {
   StepPlan plan = schedule();
   if (running_.empty()) return !waiting_.empty();
-  const double seconds = run(plan);
+  double seconds = 0.0;
+  try {
+    seconds = run(plan);
+  } catch (const std::exception& e) {
+    // A pass that failed (a device out of memory, a CUDA error) ends the sequences it carried,
+    // with the error; the others, and the engine, go on.
+    for (Sequence* s : plan.row_seq) {
+      if (s->finished) continue;
+      s->finish("error");
+      s->error = e.what();
+    }
+    retire_finished();
+    return !running_.empty() || !waiting_.empty();
+  }
   postprocess(plan, seconds);
   return !running_.empty() || !waiting_.empty();
 }

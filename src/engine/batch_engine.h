@@ -23,13 +23,21 @@
 namespace rkv {
 
 struct BatchEngineOptions {
-  std::size_t kv_memory_bytes = 0;  // 0: no cap
-  int max_batch = 0;                // most sequences running at once (0: no limit but the cap)
-  int prefill_chunk = 256;          // prompt tokens per step, over all prefilling sequences
-  int context_size = 0;             // 0: the model's max_position_embeddings
+  // 0: no cap. On a device the cap is at most its free memory less a tenth and 512 MiB for the
+  // passes' workspace (the whole of that when 0), measured when the engine is made.
+  std::size_t kv_memory_bytes = 0;
+  int max_batch = 0;        // most sequences running at once (0: no limit but the cap)
+  int prefill_chunk = 256;  // prompt tokens per step, over all prefilling sequences
+  int context_size = 0;     // 0: the model's max_position_embeddings
   // The KV cache dtype of requests that name none (none here: the model's default_kv_dtype()).
   std::optional<KvDtype> kv_dtype;
 };
+
+// Throws rkv::Error, naming --device cpu, when `model` runs on a device whose backend cannot run
+// this request: compression other than fullkv, steering, a q8_0 cache (docs/GPU.md). Nothing on
+// the CPU.
+void check_runs_on_device(const Model& model, const CompressionParams& compression,
+                          const SteeringParams& steering, KvDtype kv_dtype);
 
 class BatchEngine {
  public:
@@ -40,6 +48,8 @@ class BatchEngine {
   std::size_t slot_bytes(const BatchRequest& request) const;
   // The KV cache dtype a request gets.
   KvDtype kv_dtype(const BatchRequest& request) const;
+  // The KV memory cap in force (BatchEngineOptions::kv_memory_bytes, after a device's limit).
+  std::size_t kv_memory_bytes() const { return options_.kv_memory_bytes; }
   // How many sequences like `request` fit under the cap at once (max_batch if no cap).
   int max_concurrent(const BatchRequest& request) const;
 
@@ -86,6 +96,7 @@ class BatchEngine {
   double run(StepPlan& plan);  // returns the forward pass's wall time
   void postprocess(const StepPlan& plan, double step_seconds);
   void retire(Sequence& seq);
+  void retire_finished();
 
   const Model& model_;
   ThreadPool& pool_;

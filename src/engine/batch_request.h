@@ -36,7 +36,8 @@ struct BatchRequest {
 struct BatchResult {
   std::uint64_t id = 0;
   std::vector<int> tokens;
-  std::string stop_reason;  // "eos", "length", "stopped", "cancelled"
+  std::string stop_reason;  // "eos", "length", "stopped", "cancelled", "error"
+  std::string error;        // "error": what failed (the forward pass that carried the sequence)
   int prompt_tokens = 0;
   std::size_t kv_bytes = 0;  // the sequence's slot
   KvDtype kv_dtype = KvDtype::f32;

@@ -129,6 +129,7 @@ PreparedRequest Engine::prepare(Request request) const {
   p.cache_capacity = compressor.cache_capacity(prompt, p.max_new_tokens);
   request.kv_dtype =
       request.kv_dtype.value_or(options_.kv_dtype.value_or(model_.default_kv_dtype()));
+  check_runs_on_device(model_, request.compression, request.steering, *request.kv_dtype);
   p.slot_bytes = KvCache::slot_bytes_for(
       model_.cache_shape(p.cache_capacity, compressor.window(), request.kv_dtype));
   if (options_.kv_memory_bytes > 0 && p.slot_bytes > options_.kv_memory_bytes)
@@ -279,6 +280,7 @@ bool Engine::step() {
     Completion c;
     c.tokens = std::move(r.tokens);
     c.stop_reason = r.stop_reason == "stopped" ? "stop" : r.stop_reason;
+    c.error = std::move(r.error);
     c.prompt_tokens = r.prompt_tokens;
     c.kv_bytes = r.kv_bytes;
     c.kv_bytes_used = r.kv_bytes_used;

@@ -32,7 +32,8 @@ struct Sequence {
   int next_token = -1;  // sampled and not yet fed to the model
   std::vector<int> generated;
   bool finished = false;
-  std::string stop_reason;  // "eos", "length", "stopped", "cancelled"
+  std::string stop_reason;  // "eos", "length", "stopped", "cancelled", "error"
+  std::string error;        // what failed, for "error"
   Clock::time_point submitted, admitted, prefill_done;
   double decode_seconds = 0.0;
   int max_entries = 0;  // most entries a head held after any step

@@ -90,6 +90,8 @@ class Model {
   Device device() const { return device_; }
   // One line on the device's memory: weights and workspace (empty on the CPU).
   std::string device_memory_report() const;
+  // Bytes of the device's memory free now (0 on the CPU).
+  std::size_t device_free_bytes() const;
 
   // The weights, as loaded (the backends read them from here).
   const LayerWeights& layer(int l) const { return layers_[static_cast<std::size_t>(l)]; }

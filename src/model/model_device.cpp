@@ -28,6 +28,13 @@ std::string Model::device_memory_report() const {
   return {};
 }
 
+std::size_t Model::device_free_bytes() const {
+#ifdef RKV_HAVE_CUDA
+  if (device_ops_) return cuda::memory().free;
+#endif
+  return 0;
+}
+
 KvCacheShape Model::cache_shape(int capacity, int window, std::optional<KvDtype> dtype) const {
   KvCacheShape shape{config_.num_layers,
                      config_.num_kv_heads,
