@@ -347,8 +347,9 @@ void CudaOps::begin(std::span<const ForwardRow> rows) {
   const int half = c_.head_dim / 2;
   cos_.grow(T * static_cast<std::size_t>(half) * sizeof(float), "the RoPE tables");
   sin_.grow(T * static_cast<std::size_t>(half) * sizeof(float), "the RoPE tables");
-  matmul_->reserve(T_, static_cast<int>(std::max({H, QD, I})));
   const auto n = static_cast<std::size_t>(n_logits_);
+  matmul_->reserve(T_, static_cast<int>(std::max({H, QD, I})),
+                   std::max(T * std::max({H, QD, I}), n * static_cast<std::size_t>(c_.vocab_size)));
   logits_hidden_.grow(n * H * sizeof(float), "the logits' hidden states");
   logits_.grow(n * static_cast<std::size_t>(c_.vocab_size) * sizeof(float), "the logits");
 

@@ -254,6 +254,11 @@ __global__ void silu_mul_kernel(float* gate, const float* up, std::size_t n) {
   gate[i] = g / (1.0f + expf(-g)) * up[i];
 }
 
+__global__ void sum_halves_kernel(const float* two, std::size_t n, float* y) {
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = two[i] + two[n + i];
+}
+
 __global__ void gather_rows_kernel(const float* x, const int* rows, int H, float* out) {
   const int i = blockIdx.x;
   const float* src = x + static_cast<std::size_t>(rows[i]) * H;
@@ -316,6 +321,8 @@ __global__ void gemv_kernel(const float* x, const WT* w, float* y, int N, int K)
   float acc[TT];
 #pragma unroll
   for (int t = 0; t < TT; ++t) acc[t] = 0.0f;
+    // Unrolled so that several 16-byte weight loads of a lane are in flight at once.
+#pragma unroll 4
   for (int k = lane * 8; k < K; k += kWarp * 8) {
     float wv[8];
     load8(wr + k, wv);
@@ -482,6 +489,11 @@ void add(float* y, const float* x, std::size_t n, cudaStream_t stream) {
 void silu_mul(float* gate, const float* up, std::size_t n, cudaStream_t stream) {
   silu_mul_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(gate, up, n);
   check_launch("silu_mul");
+}
+
+void sum_halves(const float* two, std::size_t n, float* y, cudaStream_t stream) {
+  sum_halves_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(two, n, y);
+  check_launch("sum_halves");
 }
 
 void gather_rows(const float* x, const int* rows, int n, int H, float* out, cudaStream_t stream) {

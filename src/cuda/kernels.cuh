@@ -63,6 +63,8 @@ void attention(const float* q, float* out, const DeviceCacheRow* rows, const int
 void add(float* y, const float* x, std::size_t n, cudaStream_t stream);
 // gate[i] = gate[i] / (1 + exp(-gate[i])) * up[i].
 void silu_mul(float* gate, const float* up, std::size_t n, cudaStream_t stream);
+// y[i] = two[i] + two[n + i], i < n.
+void sum_halves(const float* two, std::size_t n, float* y, cudaStream_t stream);
 // out[i][:] = x[rows[i]][:], rows of H.
 void gather_rows(const float* x, const int* rows, int n, int H, float* out, cudaStream_t stream);
 // scale * x (n values; scale a power of two) to the 16-bit `dtype` (BF16 or F16), rounded to

@@ -1,4 +1,5 @@
 // DeviceMatmul (matmul.cuh).
+#include <cstdint>
 #include <string>
 
 #include "cuda/kernels.cuh"
@@ -28,11 +29,11 @@ DeviceMatmul::~DeviceMatmul() {
   cublasDestroy(blas_);
 }
 
-void DeviceMatmul::reserve(int T, int K) {
+void DeviceMatmul::reserve(int T, int K, std::size_t outputs) {
   const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(K);
-  hi_.grow(n * 2, "the activations' 16-bit parts");
-  lo_.grow(n * 2, "the activations' 16-bit parts");
+  parts_.grow(2 * n * 2, "the activations' 16-bit parts");
   rounded_.grow(n * sizeof(float), "the rounded activations");
+  two_.grow(2 * outputs * sizeof(float), "the products' two halves");
 }
 
 void DeviceMatmul::run(const float* x, int T, const DeviceWeight& w,
@@ -63,18 +64,24 @@ void DeviceMatmul::run(const float* x, int T, const DeviceWeight& w,
   const int shift = w.dtype == DType::F16 ? kF16Shift : 0;
   const float scale_in = 1.0f / static_cast<float>(1 << shift);
   const float alpha = static_cast<float>(1 << shift);
-  hi_.grow(n * 2, "the activations' 16-bit parts");
-  if (!rounded) lo_.grow(n * 2, "the activations' 16-bit parts");
-  split_activations(x, n, w.dtype, scale_in, hi_.get(), rounded ? nullptr : lo_.get(), stream_);
-  check(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, T, w.cols, &alpha, w.data, type,
-                     w.cols, hi_.get(), type, w.cols, &zero, y, CUDA_R_32F, w.rows,
+  parts_.grow(2 * n * 2, "the activations' 16-bit parts");
+  auto* hi = parts_.as<std::uint16_t>();
+  split_activations(x, n, w.dtype, scale_in, hi, rounded ? nullptr : hi + n, stream_);
+  if (rounded) {
+    check(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, T, w.cols, &alpha, w.data, type,
+                       w.cols, hi, type, w.cols, &zero, y, CUDA_R_32F, w.rows, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx");
+    return;
+  }
+  // hi and lo as 2T columns of one product: the weights are read once for both.
+  const std::size_t outputs = static_cast<std::size_t>(T) * static_cast<std::size_t>(w.rows);
+  two_.grow(2 * outputs * sizeof(float), "the products' two halves");
+  check(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, 2 * T, w.cols, &alpha, w.data, type,
+                     w.cols, hi, type, w.cols, &zero, two_.as<float>(), CUDA_R_32F, w.rows,
                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx");
-  if (rounded) return;
-  check(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, T, w.cols, &alpha, w.data, type,
-                     w.cols, lo_.get(), type, w.cols, &one, y, CUDA_R_32F, w.rows,
-                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-        "cublasGemmEx");
+  sum_halves(two_.as<float>(), outputs, y, stream_);
 }
 
 }  // namespace rkv::cuda
