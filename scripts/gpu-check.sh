@@ -4,7 +4,8 @@
 #
 #   scripts/gpu-check.sh build    here: builds rkv with CUDA (sm_90) into build-gpu/ and gathers
 #                                 what the GPU machine needs into gpu-bin/ (git-ignored): the two
-#                                 binaries, libutf8proc.so.2, the golden checkpoints
+#                                 binaries, the shared libraries it lacks (utf8proc, cpp-httplib,
+#                                 ...), the golden checkpoints
 #   scripts/gpu-check.sh test     there: the gpu-labelled tests (parity with the goldens and the CPU
 #                                 engine, kernels against float64), then a short decode benchmark
 #   scripts/gpu-check.sh bench    there: bench-decode at batch 1 on the Llama3-8B shape (random bf16
@@ -27,7 +28,11 @@ case "$stage" in
     ninja -C build-gpu rkv rkv_gpu_tests
     rm -rf gpu-bin && mkdir -p gpu-bin/shared/golden
     cp build-gpu/rkv build-gpu/rkv_gpu_tests gpu-bin/
-    cp "$(ldconfig -p | awk '/libutf8proc.so.2 /{print $NF; exit}')" gpu-bin/
+    # The shared libraries the GPU machine lacks (it has CUDA, glibc, libstdc++, OpenSSL, zlib).
+    for lib in libutf8proc.so.2 libcpp-httplib.so.0.11 libpcre2-8.so.0 libbrotlidec.so.1 \
+      libbrotlienc.so.1 libbrotlicommon.so.1; do
+      cp "$(ldd build-gpu/rkv | awk -v l=$lib '$1 == l {print $3}')" gpu-bin/
+    done
     cp -r ../shared/golden/models gpu-bin/shared/golden/
     mkdir -p gpu-bin/shared/golden/gguf
     cp ../shared/golden/gguf/stories260K-q8_0.gguf gpu-bin/shared/golden/gguf/
@@ -37,6 +42,8 @@ case "$stage" in
     export LD_LIBRARY_PATH=$PWD/gpu-bin:${LD_LIBRARY_PATH:-}
     export RKV_SHARED_DIR=$PWD/gpu-bin/shared RKV_SOURCE_DIR=$PWD
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+    # A shared library the machine lacks shows here first (carry it in gpu-bin/ like libutf8proc).
+    if ldd gpu-bin/rkv gpu-bin/rkv_gpu_tests | grep "not found"; then exit 1; fi
     set -o pipefail
     gpu-bin/rkv_gpu_tests 2>&1 | tee "$out/gpu-tests.log" | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|PASSED|FAILED|equal on"
     for shape in qwen2.5-0.5b; do
