@@ -95,6 +95,43 @@ TEST_F(BatchEngineTest, EverySequenceOfABatchMatchesItsRunAlone) {
   EXPECT_EQ(engine.peak_running(), static_cast<int>(kSpecs.size()));
 }
 
+// BatchRequest::seed_tokens (rkv bench --steady-state): a compressing sequence takes its seed in
+// chunks of its buffer, each compressed, so its slot is budget + buffer entries rather than the
+// whole prompt, and its cache never holds more; for fullkv seed tokens are prompt tokens.
+TEST_F(BatchEngineTest, SeedTokensNeedOnlyBudgetPlusBuffer) {
+  const int layers = model_->config().num_layers;
+  BatchRequest r = make_request({"rkv", 16, 12, 20}, 3);  // buffer 8
+  for (int i = 0; i < 100; ++i) r.prompt.push_back(3 + (i * 17) % 500);
+  auto run = [&](const BatchRequest& request) {
+    BatchEngine engine(*model_, pool_, {});
+    engine.submit(request);
+    engine.run();
+    return engine.take_results().at(0);
+  };
+  BatchRequest seeded = r;
+  seeded.seed_tokens = 100;
+  const BatchResult s = run(seeded);
+  EXPECT_EQ(s.cache_capacity, 16 + 8);
+  EXPECT_LE(s.max_cache_entries, 16 + 8);
+  EXPECT_EQ(s.tokens.size(), 20u);
+  // The 12-token prompt, then the seed in 13 chunks (8 x 12 + 4): every chunk that leaves more
+  // than 16 entries is compressed, in every layer (12 chunks), then decode's compressions.
+  EXPECT_GE(s.compressions, static_cast<std::int64_t>(12 * layers));
+  // Unseeded, the same 112-token prompt is held whole until prefill ends.
+  EXPECT_EQ(run(r).cache_capacity, 112);
+  // fullkv: the seed is prompt, token for token.
+  BatchRequest full = make_request({"fullkv", 0, 12, 20}, 3);
+  full.prompt = r.prompt;
+  BatchRequest full_seeded = full;
+  full_seeded.seed_tokens = 100;
+  EXPECT_EQ(run(full_seeded).tokens, run(full).tokens);
+  EXPECT_EQ(run(full_seeded).cache_capacity, 112 + 20);
+  // The seed must leave at least one prompt token.
+  seeded.seed_tokens = static_cast<int>(seeded.prompt.size());
+  BatchEngine engine(*model_, pool_, {});
+  EXPECT_THROW(engine.submit(seeded), Error);
+}
+
 TEST_F(BatchEngineTest, SequencesJoinAndLeaveMidRun) {
   std::vector<std::vector<int>> expected;
   for (std::size_t i = 0; i < kSpecs.size(); ++i)

@@ -121,5 +121,30 @@ TEST(SvgPlot, DrawsEverySeriesWithItsPoints) {
   EXPECT_NE(svg.find("b &lt;c&gt;"), std::string::npos);
 }
 
+// --steady-state: every step advances every sequence by one token (finished ones are replaced at
+// once), so N timed steps of a batch of B produce exactly N x B tokens, compressions included.
+TEST(BenchCli, SteadyStateTimesStepsOfTheWholeBatch) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("rkv-bench-steady-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  RandomCheckpointOptions options;
+  options.shape = "tiny";
+  write_random_checkpoint(dir / "model", options);
+  const std::string cmd = test::rkv_binary() + " bench -m " + (dir / "model").string() +
+                          " --prompt-len 16 --gen-lens 96 --methods fullkv,rkv --budgets 24"
+                          " --batch 5 --kv-buffer 8 --steady-state 40 -t 1 --json " +
+                          (dir / "s.json").string() + " > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const auto rows = test::read_json(dir / "s.json")["rows"];
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) {
+    EXPECT_EQ(row["steady_state_steps"], 40) << row.dump();
+    EXPECT_EQ(row["batch"], 5) << row.dump();
+    EXPECT_EQ(row["tokens"], 200) << row.dump();
+    EXPECT_GT(row["throughput_tok_s"].get<double>(), 0.0) << row.dump();
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rkv

@@ -95,7 +95,12 @@ std::uint64_t BatchEngine::submit(BatchRequest request) {
   seq->compressor = std::make_unique<SequenceCompressor>(
       request.compression, request.compression_vocab, request.steering);
   seq->max_new = std::min(request.max_new_tokens, context - prompt);
-  seq->capacity = seq->compressor->cache_capacity(prompt, seq->max_new);
+  if (request.seed_tokens < 0 || request.seed_tokens >= prompt)
+    throw Error("seed tokens must be between 0 and the prompt's length less one, not " +
+                std::to_string(request.seed_tokens));
+  // Seed tokens count as generated ones: a compressed cache needs budget + buffer for them.
+  seq->capacity = seq->compressor->cache_capacity(prompt - request.seed_tokens,
+                                                  seq->max_new + request.seed_tokens);
   seq->kv_dtype = kv_dtype(request);
   check_runs_on_device(model_, request.compression, request.steering, seq->kv_dtype);
   if (model_.device() != Device::Cpu && seq->kv_dtype != kv_dtype(BatchRequest{}))
@@ -200,7 +205,14 @@ BatchEngine::StepPlan BatchEngine::schedule() {
   int prefill_budget = options_.prefill_chunk;
   for (auto& s : running_) {
     if (!s->prefilling() || prefill_budget == 0) continue;
-    const int n = std::min(prefill_budget, s->prompt_size() - s->prefilled);
+    // Seed tokens of a compressing sequence go in chunks of at most `buffer`, each compressed
+    // after it (postprocess), so its cache stays within budget + buffer.
+    int stop = s->prompt_size();
+    const int real = s->prompt_size() - s->request.seed_tokens;
+    if (s->request.seed_tokens > 0 && s->compressor->enabled())
+      stop = s->prefilled < real ? real
+                                 : std::min(stop, s->prefilled + s->compressor->params().buffer);
+    const int n = std::min(prefill_budget, stop - s->prefilled);
     for (int i = 0; i < n; ++i) {
       const int p = s->prefilled + i;
       plan.rows.push_back({s->cache.get(), s->request.prompt[static_cast<std::size_t>(p)], p,
@@ -210,6 +222,8 @@ BatchEngine::StepPlan BatchEngine::schedule() {
     plan.observer->attach(s->cache.get(), s->compressor.get());
     s->prefilled += n;
     prefill_budget -= n;
+    if (s->request.seed_tokens > 0 && s->prefilling() && s->prefilled >= real)
+      plan.seeding.push_back(s.get());
   }
   return plan;
 }
@@ -265,6 +279,9 @@ void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
     }
     s.next_token = token;
   }
+  // Seeded sequences between chunks: compressed as after a prompt (BatchRequest::seed_tokens).
+  for (Sequence* s : plan.seeding)
+    s->compressor->compress_after_prefill(*s->cache, s->prefilled, &pool_);
   retire_finished();
 }
 

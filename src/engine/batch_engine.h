@@ -88,7 +88,8 @@ class BatchEngine {
   struct StepPlan {
     std::vector<ForwardRow> rows;
     std::vector<Sequence*> row_seq;
-    std::size_t n_decode = 0;  // the first n_decode rows are decode rows
+    std::size_t n_decode = 0;        // the first n_decode rows are decode rows
+    std::vector<Sequence*> seeding;  // still prefilling seed tokens, compressed after the pass
     std::unique_ptr<CompressionObserver> observer;
   };
   void admit();

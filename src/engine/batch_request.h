@@ -17,6 +17,12 @@ namespace rkv {
 struct BatchRequest {
   std::vector<int> prompt;
   int max_new_tokens = 512;
+  // The last seed_tokens of the prompt stand for tokens already generated (rkv bench
+  // --steady-state starts sequences at staggered depths this way). They are prefilled like the
+  // prompt, but a compressing method takes them in chunks of at most its buffer, compressing
+  // after each (as after a prompt, ALGORITHMS.md 1), so the cache needs only budget + buffer
+  // entries, as it would after generating them. 0: none.
+  int seed_tokens = 0;
   SamplingParams sampling;
   std::vector<int> eos_ids;
   bool ignore_eos = false;

@@ -37,11 +37,78 @@ struct Args {
   int threads = 1;
   std::string json_out, markdown_out, latency_plot;
   bool resume = false;
+  int steady_steps = 0;  // --steady-state
   std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
 };
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// --steady-state: a long continuous run's throughput in a fixed number of steps. `batch` copies
+// of `request` start at staggered depths (sequence i as if it had generated i * gen_len / batch
+// tokens: BatchRequest::seed_tokens), so the batch holds every depth at once, as a run of many
+// requests does after its start; each sequence that finishes is replaced by a new one at depth 0.
+// A compressed cache holds budget..budget + buffer entries at any depth past the budget, so its
+// seed stops there (plus the depth modulo the buffer, which staggers the compressions). After the
+// warm-up (every sequence decoding, then a buffer's worth of steps for the compression cycles to
+// settle), `steps` steps are timed, their compressions included.
+struct SteadyState {
+  std::int64_t tokens = 0;
+  double seconds = 0.0;
+};
+
+SteadyState run_steady_state(const Model& model, ThreadPool& pool,
+                             const BatchEngineOptions& options, const BatchRequest& request,
+                             int batch, int gen_len, int budget, int steps, int vocab) {
+  // Large prefill passes, so that the staggered sequences are all under way before the shortest
+  // of them finishes.
+  BatchEngineOptions o = options;
+  o.prefill_chunk = std::max(o.prefill_chunk, 4096);
+  BatchEngine engine(model, pool, o);
+  const bool compressed = request.compression.method != Method::fullkv;
+  const int buffer = compressed ? request.compression.buffer : 1;
+  Rng rng(99);
+  std::int64_t produced = 0;
+  bool timing = false;
+  int not_started = 0;  // sequences that have not produced a token yet
+  auto submit_at = [&](int depth) {
+    BatchRequest r = request;
+    int seed = depth;
+    if (compressed && depth > budget + buffer) seed = budget + buffer + depth % buffer;
+    for (int i = 0; i < seed; ++i)
+      r.prompt.push_back(static_cast<int>(rng.next() % static_cast<std::uint64_t>(vocab)));
+    r.seed_tokens = seed;
+    r.max_new_tokens = gen_len - depth;
+    auto started = std::make_shared<bool>(false);
+    ++not_started;
+    r.on_token = [&produced, &timing, &not_started, started](int) {
+      if (!*started) {
+        *started = true;
+        --not_started;
+      }
+      if (timing) ++produced;
+      return true;
+    };
+    engine.submit(std::move(r));
+  };
+  auto step = [&] {
+    engine.step();
+    for (const BatchResult& done : engine.take_results()) {
+      if (done.stop_reason == "error") throw Error("bench: a sequence failed: " + done.error);
+      submit_at(0);
+    }
+  };
+  for (int i = 0; i < batch; ++i)
+    submit_at(static_cast<int>(static_cast<std::int64_t>(i) * gen_len / batch));
+  std::fprintf(stderr, "bench: steady state: starting %d sequences at staggered depths...\n",
+               batch);
+  while (not_started > 0) step();
+  for (int i = 0; i < (compressed ? buffer : 0); ++i) step();
+  timing = true;
+  const double t0 = now_seconds();
+  for (int i = 0; i < steps; ++i) step();
+  return {produced, now_seconds() - t0};
 }
 
 void run(const Args& a) {
@@ -163,8 +230,11 @@ void run(const Args& a) {
           const int batch =
               spec == "max" ? sizing.max_concurrent(request) : parse_int_list(spec, "--batch")[0];
           if (batch <= 0) continue;
-          const json key = {
-              {"gen_len", gen_len}, {"method", method}, {"budget", b.label}, {"batch", spec}};
+          const json key = {{"gen_len", gen_len},
+                            {"method", method},
+                            {"budget", b.label},
+                            {"batch", spec},
+                            {"steady_state_steps", a.steady_steps}};
           if (const json* done = journaled(key)) {
             const std::string line = done->at("line").get<std::string>();
             table += line;
@@ -173,33 +243,42 @@ void run(const Args& a) {
             rows.push_back(done->at("row"));
             continue;
           }
-          BatchEngine engine(*model, pool, engine_options);
           std::int64_t produced = 0;
-          const std::int64_t total = static_cast<std::int64_t>(batch) * gen_len;
-          const double t0 = now_seconds();
-          double last_report = t0;
-          for (int i = 0; i < batch; ++i) {
-            BatchRequest r = request;
-            r.on_token = [&produced](int) {
-              ++produced;
-              return true;
-            };
-            engine.submit(std::move(r));
-          }
-          while (engine.step()) {
-            const double now = now_seconds();
-            if (now - last_report > 10.0) {
-              last_report = now;
-              const double rate = produced / (now - t0);
-              std::fprintf(
-                  stderr, "bench: %s %s batch %d: %lld/%lld tokens, %.1f tok/s, ETA %.0f s\n",
-                  method.c_str(), b.label.c_str(), batch, static_cast<long long>(produced),
-                  static_cast<long long>(total), rate, rate > 0 ? (total - produced) / rate : 0.0);
+          double t0 = 0.0, wall = 0.0, decode = 0.0;
+          if (a.steady_steps > 0) {
+            const SteadyState m = run_steady_state(*model, pool, engine_options, request, batch,
+                                                   gen_len, budget, a.steady_steps, c.vocab_size);
+            produced = m.tokens;
+            wall = decode = m.seconds;
+          } else {
+            BatchEngine engine(*model, pool, engine_options);
+            const std::int64_t total = static_cast<std::int64_t>(batch) * gen_len;
+            t0 = now_seconds();
+            double last_report = t0;
+            for (int i = 0; i < batch; ++i) {
+              BatchRequest r = request;
+              r.on_token = [&produced](int) {
+                ++produced;
+                return true;
+              };
+              engine.submit(std::move(r));
             }
+            while (engine.step()) {
+              const double now = now_seconds();
+              if (now - last_report > 10.0) {
+                last_report = now;
+                const double rate = produced / (now - t0);
+                std::fprintf(stderr,
+                             "bench: %s %s batch %d: %lld/%lld tokens, %.1f tok/s, ETA %.0f s\n",
+                             method.c_str(), b.label.c_str(), batch,
+                             static_cast<long long>(produced), static_cast<long long>(total), rate,
+                             rate > 0 ? (total - produced) / rate : 0.0);
+              }
+            }
+            wall = now_seconds() - t0;
+            for (const auto& r : engine.take_results()) decode = std::max(decode, r.decode_seconds);
           }
-          const double wall = now_seconds() - t0;
-          double decode = 0.0;
-          for (const auto& r : engine.take_results()) decode = std::max(decode, r.decode_seconds);
+
           const double saving =
               100.0 * (1.0 - static_cast<double>(slot) / static_cast<double>(full_bytes));
           const double throughput = produced / wall;
@@ -212,6 +291,14 @@ void run(const Args& a) {
                   : (std::to_string(budget) + (b.ratio > 0 ? " (" + b.label + ")" : "")).c_str(),
               format_bytes(static_cast<double>(slot)).c_str(), saving, batch, throughput,
               static_cast<long long>(produced), decode);
+          if (a.steady_steps > 0) {  // the batch column says how the row was measured
+            std::string marked = line;
+            const std::string cell = "| " + std::to_string(batch) + " |";
+            const std::size_t at = marked.find(cell, marked.find('%'));
+            if (at != std::string::npos)
+              marked.replace(at, cell.size(), "| " + std::to_string(batch) + " (steady) |");
+            std::snprintf(line, sizeof(line), "%s", marked.c_str());
+          }
           table += line;
           std::printf("%s", line);
           std::fflush(stdout);
@@ -227,6 +314,7 @@ void run(const Args& a) {
               {"kv_bytes_per_token", per_token.total()},
               {"memory_saving_pct", saving},
               {"throughput_tok_s", throughput},
+              {"steady_state_steps", a.steady_steps},
               {"tokens", produced},
               {"decode_s", decode},
               {"wall_s", wall}};
@@ -330,6 +418,12 @@ void setup(CLI::App& app) {
                "Continue an interrupted run: reuse the measurements in the --json file's journal "
                "made with the same model and settings, and measure only the rest")
       ->envname("RKV_ARG_RESUME");
+  add_flag_option(app, "--steady-state", a->steady_steps,
+                  "Measure each batch in N timed steps of a steady state instead of a whole run: "
+                  "the sequences start at staggered depths (as if a long continuous run were "
+                  "under way), finished ones are replaced by new ones, compressions included "
+                  "(docs/PERFORMANCE.md shows it agreeing with whole runs). 0: whole runs")
+      ->check(at_least(0));
   add_flag_option(app, "--markdown", a->markdown_out, "Write the table to this Markdown file");
   add_flag_option(
       app, "--latency-plot", a->latency_plot,
