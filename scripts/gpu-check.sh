@@ -11,7 +11,8 @@
 #   scripts/gpu-check.sh bench    there: bench-decode at batch 1 on the Llama3-8B shape (random bf16
 #                                 weights) against the card's copy bandwidth, rkv bench at batch 1
 #                                 and 64 (prompt 128, 512 generated), and transformers' generate on
-#                                 the same checkpoint and settings, back to back
+#                                 the same checkpoint and settings, back to back; then R-KV Table
+#                                 1's FullKV row at 16K in a steady state
 #
 # On the device tool: run(command="scripts/gpu-check.sh test", carry=["gpu-bin"]). Logs and JSON go
 # to $OUT when it is set (the device tool brings them back), else to gpu-out/.
@@ -63,6 +64,11 @@ case "$stage" in
       | tee "$out/bench-8b.md"
     python3 tools/gpu/hf_generate.py $model --batch 1 64 --prompt-len 128 --gen-len 512 --json \
       | tee "$out/hf-8b.log"
+    # R-KV Table 1's FullKV row at 16K generated tokens, as many sequences as fit, in a steady state
+    # (a whole run outlasts a command; docs/PERFORMANCE.md, "Steady state").
+    gpu-bin/rkv bench -m $model --device cuda --prompt-len 128 --gen-lens 16384 --methods fullkv \
+      --batch 1,max --kv-dtype bf16 --steady-state 200 --json "$out/table1-fullkv-16k.json" \
+      | tee "$out/table1-fullkv-16k.md"
     ;;
   *)
     echo "usage: scripts/gpu-check.sh build|test|bench (see the comment at the top)" >&2

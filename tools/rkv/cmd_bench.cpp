@@ -19,6 +19,7 @@
 #include "kernels/kernels.h"
 #include "kv_options.h"
 #include "model/model.h"
+#include "rkv/device.h"
 
 namespace rkv::cli {
 namespace {
@@ -124,8 +125,11 @@ void run(const Args& a) {
   for (const auto& b : batch_specs)
     if (b != "max") parse_int_list(b, "--batch");
   const std::size_t cap = a.kv_memory.empty() ? 0 : parse_byte_size(a.kv_memory);
+  // On a device the engine caps the KV memory at what the device has free (BatchEngineOptions).
+  const bool on_device = parse_device(a.device).value_or(Device::Cpu) != Device::Cpu ||
+                         (a.device == "auto" && cuda_device_count() > 0);
   for (const auto& b : batch_specs)
-    if (b == "max" && cap == 0)
+    if (b == "max" && cap == 0 && !on_device)
       throw Error("--batch max needs a memory cap: give --kv-memory (e.g. 2GiB)");
 
   auto model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device);
@@ -409,8 +413,11 @@ void setup(CLI::App& app) {
                   "generated length (10%)");
   add_flag_option(app, "--batch", a->batches,
                   "Batch sizes, comma-separated; `max` = as many as the KV cap allows");
-  add_flag_option(app, "--kv-memory", a->kv_memory,
-                  "KV memory cap for the whole batch, e.g. 2GiB (needed by --batch max)");
+  add_flag_option(
+      app, "--kv-memory", a->kv_memory,
+      "KV memory cap for the whole batch, e.g. 2GiB (needed by --batch max on the CPU; on "
+      "a GPU it is at most, and by default, the memory the device has free less a "
+      "tenth and 512 MiB)");
   add_flag_option(app, "--json", a->json_out,
                   "Write the rows (and the latency series) to this JSON file; each measurement is "
                   "also journaled to FILE.rows.jsonl as soon as it is made");
