@@ -162,6 +162,7 @@ class CudaOps final : public ForwardOps {
     cuda::silu_mul(buf(Act::Gate), buf(Act::Up),
                    static_cast<std::size_t>(T_) * c_.intermediate_size, stream_);
   }
+  bool on_host() const override { return false; }
   float* host(Act) override { return nullptr; }
   void logits(std::span<const ForwardRow> rows, Act in, float* out) override;
   // The pass is through: the caches' lengths take its rows, in every layer.

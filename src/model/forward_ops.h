@@ -84,7 +84,9 @@ class ForwardOps {
   virtual void add(Act dst, Act src) = 0;
   // Gate = SiLU(Gate) * Up.
   virtual void silu_mul() = 0;
-  // The buffer in host memory, for observers; nullptr where it lives on a device.
+  // Whether the activations and caches are in host memory, where observers can reach them.
+  virtual bool on_host() const = 0;
+  // The buffer in host memory, for observers (on_host() backends only, after begin()).
   virtual float* host(Act a) = 0;
   // The logits of the rows with want_logits, from `in` (the final norm's output), in row order,
   // into host memory out[n][vocab].

@@ -83,12 +83,12 @@ void run_forward(const ModelConfig& c, ForwardOps& ops, std::span<const ForwardR
                     std::to_string(row.cache->capacity()) + " entries");
     }
   }
-  ops.begin(rows);
-  const bool on_host = ops.host(Act::X) != nullptr;
+  const bool on_host = ops.on_host();
   if (!on_host && observer != nullptr && observer->needs_host())
     throw Error(
         "KV compression, steering and sentence tracking run on --device cpu only in this build "
         "(the CUDA backend runs fullkv): run with --device cpu");
+  ops.begin(rows);
 
   using P = ForwardOps::Product;
   const P qkv[] = {{Proj::Q, Act::Q}, {Proj::K, Act::K}, {Proj::V, Act::V}};
@@ -256,6 +256,7 @@ class CpuOps final : public ForwardOps {
     });
   }
 
+  bool on_host() const override { return true; }
   float* host(Act a) override { return buf(a); }
 
   void logits(std::span<const ForwardRow> rows, Act in, float* out) override {
