@@ -132,6 +132,40 @@ TEST_F(BatchEngineTest, SeedTokensNeedOnlyBudgetPlusBuffer) {
   EXPECT_THROW(engine.submit(seeded), Error);
 }
 
+// A forward pass that throws (on a GPU: the device out of memory; here: a compression listener
+// that throws inside the pass), or a prefill compression that throws, ends the sequences it
+// concerns with stop reason "error" and the message; a sequence waiting meanwhile runs afterwards
+// exactly as alone.
+TEST_F(BatchEngineTest, AFailedPassEndsItsSequencesAndTheEngineGoesOn) {
+  // rkv with a prompt over the budget (its first compression after prefill, outside the pass),
+  // and within it (its first compression while decoding, inside the forward pass).
+  for (const Spec& spec : {Spec{"rkv", 16, 30, 50}, Spec{"rkv", 16, 5, 60}}) {
+    BatchRequest failing = make_request(spec, 1);
+    failing.on_compression = [](const CompressionEvent&) { throw Error("listener failed"); };
+    BatchEngineOptions options;
+    options.max_batch = 1;  // the second request waits for the first
+    BatchEngine engine(*model_, pool_, options);
+    const std::uint64_t a = engine.submit(failing);
+    const std::uint64_t b = engine.submit(make_request(spec, 2));
+    engine.run();
+    const auto results = engine.take_results();
+    ASSERT_EQ(results.size(), 2u);
+    for (const auto& r : results) {
+      if (r.id == a) {
+        EXPECT_EQ(r.stop_reason, "error");
+        EXPECT_EQ(r.error, "listener failed");
+        EXPECT_LT(r.tokens.size(), static_cast<std::size_t>(spec.max_new));
+      } else {
+        EXPECT_EQ(r.id, b);
+        EXPECT_EQ(r.stop_reason, "length");
+        EXPECT_EQ(r.tokens, alone(spec, 2));
+      }
+    }
+    EXPECT_EQ(engine.running(), 0);
+    EXPECT_EQ(engine.kv_bytes_in_use(), 0u);
+  }
+}
+
 TEST_F(BatchEngineTest, SequencesJoinAndLeaveMidRun) {
   std::vector<std::vector<int>> expected;
   for (std::size_t i = 0; i < kSpecs.size(); ++i)

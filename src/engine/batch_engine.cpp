@@ -254,7 +254,7 @@ void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
       if (s.request.on_step_time) s.request.on_step_time(plan.rows[r].position, step_seconds);
     } else {
       // The prompt is complete: compress it once if it exceeds the budget (ALGORITHMS.md 1).
-      s.compressor->compress_after_prefill(*s.cache, s.prompt_size(), &pool_);
+      if (!compress_or_fail(s, s.prompt_size())) continue;
       s.max_entries = s.cache->length(0);
       s.prefill_done = Clock::now();
       if (s.max_new == 0) {
@@ -281,8 +281,20 @@ void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
   }
   // Seeded sequences between chunks: compressed as after a prompt (BatchRequest::seed_tokens).
   for (Sequence* s : plan.seeding)
-    s->compressor->compress_after_prefill(*s->cache, s->prefilled, &pool_);
+    if (!s->finished) compress_or_fail(*s, s->prefilled);
   retire_finished();
+}
+
+bool BatchEngine::compress_or_fail(Sequence& s, std::int64_t tokens) {
+  try {
+    s.compressor->compress_after_prefill(*s.cache, tokens, &pool_);
+    return true;
+  } catch (const std::exception& e) {
+    // A compression that fails (a listener that throws) ends its sequence, not the engine.
+    s.finish("error");
+    s.error = e.what();
+    return false;
+  }
 }
 
 void BatchEngine::retire_finished() {

@@ -98,6 +98,8 @@ class BatchEngine {
   void postprocess(const StepPlan& plan, double step_seconds);
   void retire(Sequence& seq);
   void retire_finished();
+  // compress_after_prefill for a sequence; false (the sequence ended with the error) if it throws.
+  bool compress_or_fail(Sequence& s, std::int64_t tokens);
 
   const Model& model_;
   ThreadPool& pool_;
