@@ -142,6 +142,15 @@ TEST(BenchCli, SteadyStateTimesStepsOfTheWholeBatch) {
     EXPECT_EQ(row["batch"], 5) << row.dump();
     EXPECT_EQ(row["tokens"], 200) << row.dump();
     EXPECT_GT(row["throughput_tok_s"].get<double>(), 0.0) << row.dump();
+    // The share of the timed steps spent compressing: none for fullkv; for rkv (budget 24,
+    // buffer 8, sequences of up to 112 tokens) some, and less than all.
+    const double share = row["compression_share"].get<double>();
+    if (row["method"] == "fullkv") {
+      EXPECT_EQ(share, 0.0) << row.dump();
+    } else {
+      EXPECT_GT(share, 0.0) << row.dump();
+      EXPECT_LT(share, 1.0) << row.dump();
+    }
   }
   fs::remove_all(dir);
 }

@@ -155,6 +155,7 @@ void BatchEngine::retire(Sequence& s) {
   result.cache_capacity = s.capacity;
   result.compressions = s.compressor->compressions();
   result.compression_seconds = s.compressor->compression_seconds();
+  retired_compression_seconds_ += result.compression_seconds;
   result.kv_bytes_used = s.cache ? s.cache->used_kv_bytes() : 0;
   result.max_cache_entries = s.max_entries;
   if (s.admitted_yet()) {
@@ -283,6 +284,12 @@ void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
   for (Sequence* s : plan.seeding)
     if (!s->finished) compress_or_fail(*s, s->prefilled);
   retire_finished();
+}
+
+double BatchEngine::compression_seconds() const {
+  double total = retired_compression_seconds_;
+  for (const auto& s : running_) total += s->compressor->compression_seconds();
+  return total;
 }
 
 bool BatchEngine::compress_or_fail(Sequence& s, std::int64_t tokens) {

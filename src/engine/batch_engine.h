@@ -78,6 +78,8 @@ class BatchEngine {
   int running() const;
   int waiting() const;
   std::size_t kv_bytes_in_use() const { return kv_bytes_in_use_; }
+  // Seconds spent compressing, summed over every sequence so far (running and retired).
+  double compression_seconds() const;
   std::size_t peak_kv_bytes() const { return peak_kv_bytes_; }
   int peak_running() const { return peak_running_; }
   std::int64_t steps() const { return steps_; }          // forward passes run
@@ -110,6 +112,7 @@ class BatchEngine {
   std::vector<BatchResult> results_;
   std::uint64_t next_id_ = 1;
   std::size_t kv_bytes_in_use_ = 0;
+  double retired_compression_seconds_ = 0.0;
   std::size_t peak_kv_bytes_ = 0;
   int peak_running_ = 0;
   std::int64_t steps_ = 0;

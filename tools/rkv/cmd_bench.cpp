@@ -57,6 +57,7 @@ double now_seconds() {
 struct SteadyState {
   std::int64_t tokens = 0;
   double seconds = 0.0;
+  double compression_seconds = 0.0;  // spent compressing in the timed steps
 };
 
 SteadyState run_steady_state(const Model& model, ThreadPool& pool,
@@ -107,9 +108,11 @@ SteadyState run_steady_state(const Model& model, ThreadPool& pool,
   while (not_started > 0) step();
   for (int i = 0; i < (compressed ? buffer : 0); ++i) step();
   timing = true;
+  const double c0 = engine.compression_seconds();
   const double t0 = now_seconds();
   for (int i = 0; i < steps; ++i) step();
-  return {produced, now_seconds() - t0};
+  const double wall = now_seconds() - t0;
+  return {produced, wall, engine.compression_seconds() - c0};
 }
 
 void run(const Args& a) {
@@ -248,12 +251,13 @@ void run(const Args& a) {
             continue;
           }
           std::int64_t produced = 0;
-          double t0 = 0.0, wall = 0.0, decode = 0.0;
+          double t0 = 0.0, wall = 0.0, decode = 0.0, compressing = 0.0;
           if (a.steady_steps > 0) {
             const SteadyState m = run_steady_state(*model, pool, engine_options, request, batch,
                                                    gen_len, budget, a.steady_steps, c.vocab_size);
             produced = m.tokens;
             wall = decode = m.seconds;
+            compressing = m.compression_seconds;
           } else {
             BatchEngine engine(*model, pool, engine_options);
             const std::int64_t total = static_cast<std::int64_t>(batch) * gen_len;
@@ -280,6 +284,7 @@ void run(const Args& a) {
               }
             }
             wall = now_seconds() - t0;
+            compressing = engine.compression_seconds();
             for (const auto& r : engine.take_results()) decode = std::max(decode, r.decode_seconds);
           }
 
@@ -306,6 +311,9 @@ void run(const Args& a) {
           table += line;
           std::printf("%s", line);
           std::fflush(stdout);
+          if (method != "fullkv")
+            std::fprintf(stderr, "bench: %s %s batch %d: compression %.2f%% of the time\n",
+                         method.c_str(), b.label.c_str(), batch, 100.0 * compressing / wall);
           const json row = {
               {"gen_len", gen_len},
               {"prompt_len", a.prompt_len},
@@ -319,6 +327,8 @@ void run(const Args& a) {
               {"memory_saving_pct", saving},
               {"throughput_tok_s", throughput},
               {"steady_state_steps", a.steady_steps},
+              {"compression_seconds", compressing},
+              {"compression_share", compressing / wall},
               {"tokens", produced},
               {"decode_s", decode},
               {"wall_s", wall}};
