@@ -147,7 +147,6 @@ class CudaOps final : public ForwardOps {
     cuda::kv_append(buf(Act::K), buf(Act::V), d_rows_,
                     d_index_ + static_cast<std::size_t>(layer) * T_, T_, c_.num_kv_heads,
                     c_.head_dim, layer, kv_dtype_, stream_);
-    for (const auto& [cache, count] : sequences_) cache->note_device_append(layer, count);
   }
   void attention(int layer, std::span<const ForwardRow> rows, ForwardObserver* observer) override {
     const float scale = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
@@ -340,11 +339,10 @@ void CudaOps::begin(std::span<const ForwardRow> rows) {
 
   const std::size_t H = static_cast<std::size_t>(c_.hidden_size);
   const std::size_t QD = static_cast<std::size_t>(c_.num_heads) * c_.head_dim;
-  const std::size_t KD = static_cast<std::size_t>(c_.num_kv_heads) * c_.head_dim;
   const std::size_t I = static_cast<std::size_t>(c_.intermediate_size);
-  const std::array<std::size_t, 8> width = {H, H, QD, KD, KD, QD, I, I};  // by Act
-  for (std::size_t a = 0; a < act_.size(); ++a)
-    act_[a].grow(T * width[a] * sizeof(float), "the forward pass's activations");
+  for (Act a : kActs)
+    act_[static_cast<std::size_t>(a)].grow(T * act_width(c_, a) * sizeof(float),
+                                           "the forward pass's activations");
   const int half = c_.head_dim / 2;
   cos_.grow(T * static_cast<std::size_t>(half) * sizeof(float), "the RoPE tables");
   sin_.grow(T * static_cast<std::size_t>(half) * sizeof(float), "the RoPE tables");

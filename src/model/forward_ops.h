@@ -4,6 +4,7 @@
 // place; a backend decides where the activations live and how each step runs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -53,6 +54,11 @@ class ForwardObserver {
 // X the residual stream, XN a normed copy (and the products' scratch), Q/K/V the projections,
 // Attn the attention output, Gate/Up the MLP's halves.
 enum class Act : std::uint8_t { X, XN, Q, K, V, Attn, Gate, Up };
+inline constexpr Act kActs[] = {Act::X, Act::XN,   Act::Q,    Act::K,
+                                Act::V, Act::Attn, Act::Gate, Act::Up};
+// Floats per row of an activation: hidden size, query heads x head size, KV heads x head size, or
+// intermediate size.
+std::size_t act_width(const ModelConfig& config, Act a);
 // A layer's matrices.
 enum class Proj : std::uint8_t { Q, K, V, O, Gate, Up, Down };
 // The RMSNorm weights: a layer's input and post-attention norms, and the final norm.

@@ -139,6 +139,24 @@ const kernels::WeightView& projection(const LayerWeights& w, Proj p) {
   return w.q;
 }
 
+std::size_t act_width(const ModelConfig& c, Act a) {
+  switch (a) {
+    case Act::X:
+    case Act::XN:
+      return static_cast<std::size_t>(c.hidden_size);
+    case Act::Q:
+    case Act::Attn:
+      return static_cast<std::size_t>(c.num_heads) * static_cast<std::size_t>(c.head_dim);
+    case Act::K:
+    case Act::V:
+      return static_cast<std::size_t>(c.num_kv_heads) * static_cast<std::size_t>(c.head_dim);
+    case Act::Gate:
+    case Act::Up:
+      return static_cast<std::size_t>(c.intermediate_size);
+  }
+  return 0;
+}
+
 namespace {
 
 // The steps on the CPU: the activations in a ForwardScratch, the matrix products and attention
@@ -151,18 +169,8 @@ class CpuOps final : public ForwardOps {
   void begin(std::span<const ForwardRow> rows) override {
     T_ = rows.size();
     const std::size_t H = static_cast<std::size_t>(c_.hidden_size);
-    const std::size_t I = static_cast<std::size_t>(c_.intermediate_size);
-    const std::size_t QD = static_cast<std::size_t>(c_.num_heads) * c_.head_dim;
-    const std::size_t KD = static_cast<std::size_t>(c_.num_kv_heads) * c_.head_dim;
     const int half = c_.head_dim / 2;
-    s_.x.resize(T_ * H);
-    s_.xn.resize(T_ * H);
-    s_.q.resize(T_ * QD);
-    s_.k.resize(T_ * KD);
-    s_.v.resize(T_ * KD);
-    s_.attn.resize(T_ * QD);
-    s_.gate.resize(T_ * I);
-    s_.up.resize(T_ * I);
+    for (Act a : kActs) vec(a).resize(T_ * act_width(c_, a));
     s_.rope_cos.resize(T_ * half);
     s_.rope_sin.resize(T_ * half);
     const std::vector<float>& inv_freq = m_.rope_frequencies();
@@ -272,27 +280,28 @@ class CpuOps final : public ForwardOps {
   }
 
  private:
-  float* buf(Act a) {
+  std::vector<float>& vec(Act a) {
     switch (a) {
       case Act::X:
-        return s_.x.data();
+        return s_.x;
       case Act::XN:
-        return s_.xn.data();
+        return s_.xn;
       case Act::Q:
-        return s_.q.data();
+        return s_.q;
       case Act::K:
-        return s_.k.data();
+        return s_.k;
       case Act::V:
-        return s_.v.data();
+        return s_.v;
       case Act::Attn:
-        return s_.attn.data();
+        return s_.attn;
       case Act::Gate:
-        return s_.gate.data();
+        return s_.gate;
       case Act::Up:
-        return s_.up.data();
+        return s_.up;
     }
-    return nullptr;
+    return s_.x;
   }
+  float* buf(Act a) { return vec(a).data(); }
 
   // The per-row work between the matrix products (norms, bias, RoPE, SiLU, residuals) runs on
   // the pool in prefill-sized passes; each row is computed exactly as on one thread. Decode steps

@@ -128,14 +128,11 @@ void run(const Args& a) {
   for (const auto& b : batch_specs)
     if (b != "max") parse_int_list(b, "--batch");
   const std::size_t cap = a.kv_memory.empty() ? 0 : parse_byte_size(a.kv_memory);
-  // On a device the engine caps the KV memory at what the device has free (BatchEngineOptions).
-  const bool on_device = parse_device(a.device).value_or(Device::Cpu) != Device::Cpu ||
-                         (a.device == "auto" && cuda_device_count() > 0);
-  for (const auto& b : batch_specs)
-    if (b == "max" && cap == 0 && !on_device)
-      throw Error("--batch max needs a memory cap: give --kv-memory (e.g. 2GiB)");
-
   auto model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device);
+  // On a device the engine caps the KV memory at what the device has free (BatchEngineOptions).
+  for (const auto& b : batch_specs)
+    if (b == "max" && cap == 0 && model->device() == Device::Cpu)
+      throw Error("--batch max needs a memory cap: give --kv-memory (e.g. 2GiB)");
   const ModelConfig& c = model->config();
   ThreadPool pool(a.threads);
   const KvDtype kv_dtype = a.kv->kv_dtype().value_or(model->default_kv_dtype());
