@@ -184,6 +184,8 @@ class Engine {
   struct Active;
   void drain_inbox();
   void complete(Active& a, Completion c);
+  // After a step threw: every running request ends with the error; the engine goes on.
+  void fail_running(const std::string& message);
 
   const Model& model_;
   const Tokenizer* tokenizer_;

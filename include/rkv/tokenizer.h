@@ -48,6 +48,11 @@ class Tokenizer {
   // The id of a token given in its vocabulary form ("Ġworld", "<|im_end|>"); -1 when none.
   int32_t token_id(std::string_view token) const;
 
+  // The fewest tokens encode(text, false) can give for a text of `bytes` bytes, known without
+  // encoding it: no token covers more bytes than the longest one in the vocabulary, and NFC
+  // shrinks a text by at most a factor of 3 (a Hangul L+V+T sequence to one syllable).
+  std::size_t min_tokens(std::size_t bytes) const;
+
   // One past the largest token id (base vocabulary plus added tokens).
   int32_t vocab_size() const;
   // The BOS token id, -1 when the tokenizer has none.

@@ -70,7 +70,8 @@ void check_runs_on_device(const Model& model, const CompressionParams& compressi
                 " runs on --device cpu only: the CUDA backend runs fullkv (docs/GPU.md)");
   if (kv_dtype == KvDtype::q8_0)
     throw Error(
-        "a q8_0 KV cache has no CUDA kernels: use --kv-dtype bf16, f16 or f32 on "
+        "a q8_0 KV cache has no CUDA kernels: use bf16, f16 or f32 (--kv-dtype, or kv.dtype in a "
+        "request) on "
         "--device cuda, or run with --device cpu");
 }
 

@@ -1,6 +1,7 @@
 #include "rkv/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.h"
 #include "engine/batch_engine.h"
@@ -90,6 +91,14 @@ PreparedRequest Engine::prepare(Request request) const {
       text = render_chat(chat_template_, request.messages, true);
       opens_think = chat_template_.open_think;
     }
+    // A bound that needs no tokenization: a text that cannot fit is refused before encoding it
+    // (a 16 MiB prompt would take seconds and hundreds of MiB).
+    const std::size_t at_least = tokenizer_->min_tokens(text.size());
+    if (at_least >= static_cast<std::size_t>(context_size()))
+      throw Error("the prompt is " + std::to_string(text.size()) + " bytes, at least " +
+                  std::to_string(at_least) + " tokens, which does not fit the context of " +
+                  std::to_string(context_size()) +
+                  " tokens (raise --ctx-size or shorten the prompt)");
     const auto ids = tokenizer_->encode(text, true);
     p.prompt.assign(ids.begin(), ids.end());
     if (p.prompt.empty()) throw Error("the prompt is empty after tokenization");
@@ -304,6 +313,25 @@ bool Engine::step() {
   return more || !inbox_.empty() || !cancels_.empty();
 }
 
+void Engine::fail_running(const std::string& message) {
+  std::fprintf(stderr, "[engine] a step failed: %s; its %zu running requests end with the error\n",
+               message.c_str(), active_.size());
+  std::map<std::uint64_t, std::unique_ptr<Active>> failed;
+  failed.swap(active_);
+  for (auto& [batch_id, a] : failed) {
+    try {
+      batch_->cancel(batch_id);  // its slot is freed at the next step; its result is dropped
+      Completion c;
+      c.stop_reason = "error";
+      c.error = "the engine failed while running this request: " + message;
+      c.prompt_tokens = static_cast<int>(a->prepared.prompt.size());
+      complete(*a, std::move(c));
+    } catch (...) {
+      // A callback that fails again: this request's submitter is gone with it.
+    }
+  }
+}
+
 void Engine::run_until_idle() {
   while (step()) {
   }
@@ -333,7 +361,15 @@ void Engine::start() {
         });
         if (stopping_) return;
       }
-      step();
+      // Nothing may end this thread but stop(): a step that throws (out of memory, a callback
+      // that failed) ends the requests it carried with the error, and the engine goes on.
+      try {
+        step();
+      } catch (const std::exception& e) {
+        fail_running(e.what());
+      } catch (...) {
+        fail_running("unknown error in an engine step");
+      }
     }
   });
 }

@@ -41,9 +41,10 @@ std::size_t kv_row_bytes(KvDtype dtype, int head_dim) {
       return d * 2;
     case KvDtype::q8_0:
       if (head_dim % kQ8BlockValues != 0)
-        throw Error("--kv-dtype q8_0 stores blocks of 32 values, and this model's head size is " +
-                    std::to_string(head_dim) +
-                    ", not a multiple of 32: use --kv-dtype f32, bf16 or f16");
+        throw Error(
+            "a q8_0 KV cache (--kv-dtype, or a request's kv.dtype) stores blocks of 32 values, and "
+            "this model's head size is " +
+            std::to_string(head_dim) + ", not a multiple of 32: use f32, bf16 or f16 instead");
       return d / kQ8BlockValues * kQ8BlockBytes;
   }
   throw Error("KV cache: unknown dtype");

@@ -1,8 +1,11 @@
 #include "server/openai_api.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
+#include "tokenizer/utf8.h"
 
 namespace rkv::server {
 
@@ -12,6 +15,12 @@ namespace {
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) {
   throw ApiError(400, message, param);
+}
+
+// The kv settings that are switches: a request gives them as JSON booleans.
+bool is_boolean_setting(const std::string& name) {
+  return name == "redundancy" || name == "pooling" || name == "disable_norm" ||
+         name == "think_only";
 }
 
 const json* field(const json& body, const char* name) {
@@ -34,7 +43,7 @@ double get_number(const json& body, const char* name, double fallback, double lo
   const double x = v->get<double>();
   if (!std::isfinite(x) || x < lo || x > hi)
     bad(name, std::string("'") + name + "' must be between " + json(lo).dump() + " and " +
-                  json(hi).dump() + ", got " + v->dump());
+                  json(hi).dump() + ", got " + dump_json(*v));
   return x;
 }
 
@@ -43,7 +52,7 @@ long long get_int(const json& body, const char* name, long long fallback, long l
   const json* v = field(body, name);
   if (v == nullptr) return fallback;
   if (!v->is_number_integer())
-    bad(name, std::string("'") + name + "' must be an integer, got " + v->dump());
+    bad(name, std::string("'") + name + "' must be an integer, got " + dump_json(*v));
   if (v->is_number_unsigned() && v->get<unsigned long long>() > static_cast<unsigned long long>(hi))
     bad(name, std::string("'") + name + "' must be at most " + std::to_string(hi));
   const long long x = v->get<long long>();
@@ -71,7 +80,85 @@ std::string message_content(const json& content, std::size_t index) {
   return out;
 }
 
+// The path of the first string or key in `j` that holds `mark` ("messages[0].content"); empty
+// when none does.
+std::string find_marked(const json& j, const std::string& mark, const std::string& path) {
+  if (j.is_string())
+    return j.get_ref<const std::string&>().find(mark) != std::string::npos
+               ? (path.empty() ? std::string("(the body)") : path)
+               : std::string();
+  if (j.is_array()) {
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      std::string p = find_marked(j[i], mark, path + "[" + std::to_string(i) + "]");
+      if (!p.empty()) return p;
+    }
+  } else if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      const std::string p = path.empty() ? key : path + "." + key;
+      if (key.find(mark) != std::string::npos) return p + " (a key)";
+      std::string inner = find_marked(value, mark, p);
+      if (!inner.empty()) return inner;
+    }
+  }
+  return {};
+}
+
 }  // namespace
+
+json parse_request_json(const std::string& body) {
+  std::size_t bad_at = std::string::npos;
+  for (std::size_t i = 0; i < body.size();) {
+    const tokenizer::Utf8Step step = tokenizer::utf8_step(body, i);
+    if (!step.valid) {
+      bad_at = i;
+      break;
+    }
+    i += step.length;
+  }
+  if (bad_at == std::string::npos) {
+    json j;
+    try {
+      j = json::parse(body);
+    } catch (const json::exception& e) {
+      throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+    }
+    if (!j.is_object()) bad("", "the request body must be a JSON object");
+    return j;
+  }
+  // Invalid bytes: find the field that holds them by parsing a copy in which each invalid
+  // subpart is a noncharacter the body does not hold.
+  char hex[8];
+  std::snprintf(hex, sizeof(hex), "0x%02X", static_cast<unsigned char>(body[bad_at]));
+  const std::string where =
+      std::string(" (byte ") + hex + " at offset " + std::to_string(bad_at) + " of the body)";
+  std::string mark;
+  for (char32_t cp = 0xFDD0; cp <= 0xFDEF && mark.empty(); ++cp) {
+    std::string m;
+    tokenizer::append_utf8(m, cp);
+    if (body.find(m) == std::string::npos) mark = m;
+  }
+  std::string field;
+  if (!mark.empty()) {
+    std::string copy;
+    copy.reserve(body.size() + 16);
+    for (std::size_t i = 0; i < body.size();) {
+      const tokenizer::Utf8Step step = tokenizer::utf8_step(body, i);
+      if (step.valid)
+        copy.append(body, i, step.length);
+      else
+        copy += mark;
+      i += std::max<std::size_t>(step.length, 1);
+    }
+    const json j = json::parse(copy, nullptr, false);
+    if (!j.is_discarded()) field = find_marked(j, mark, "");
+  }
+  if (field.empty()) bad("", "the request body is not valid UTF-8" + where);
+  bad(field, "'" + field + "' is not valid UTF-8" + where);
+}
+
+std::string dump_json(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 json error_body(const std::string& message, const std::string& type, const std::string& param,
                 const std::string& code) {
@@ -105,12 +192,15 @@ CompressionParams parse_kv_object(const json& kv, const CompressionParams& defau
         bad("kv." + name, "unknown KV setting 'kv." + name + "' (known: " + names + ")");
       }
       std::string text;
+      if (is_boolean_setting(name) && !value.is_boolean())
+        bad("kv." + name,
+            "'kv." + name + "' must be a boolean (true or false), got " + dump_json(value));
       if (value.is_string()) {
         text = value.get<std::string>();
       } else if (value.is_boolean()) {
         text = value.get<bool>() ? "on" : "off";
       } else if (value.is_number()) {
-        text = value.dump();
+        text = dump_json(value);
       } else if (value.is_null()) {
         text = "none";
       } else if (value.is_array()) {
@@ -121,7 +211,7 @@ CompressionParams parse_kv_object(const json& kv, const CompressionParams& defau
         }
         text = format_text_list(items);
       } else {
-        bad("kv." + name, "'kv." + name + "' has a value of the wrong type: " + value.dump());
+        bad("kv." + name, "'kv." + name + "' has a value of the wrong type: " + dump_json(value));
       }
       p.set(name, text);
     }
@@ -146,13 +236,7 @@ std::optional<KvDtype> parse_kv_dtype_field(const json& kv) {
 
 ParsedRequest parse_completion_request(const std::string& body, bool chat,
                                        const RequestDefaults& defaults, std::uint64_t random_seed) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
-  }
-  if (!j.is_object()) bad("", "the request body must be a JSON object");
+  const json j = parse_request_json(body);
 
   ParsedRequest out;
   out.chat = chat;

@@ -26,6 +26,14 @@ struct ApiError : std::runtime_error {
   std::string param, type, code;
 };
 
+// Parses a request body as a JSON object. Every string in it must be valid UTF-8: invalid bytes
+// get a 400 naming the field that holds them ("messages[0].content", "kv.method", a key's path).
+nlohmann::json parse_request_json(const std::string& body);
+
+// JSON text of a response: never throws on text that is not valid UTF-8 (U+FFFD instead), the
+// last guard behind the validation of what requests send.
+std::string dump_json(const nlohmann::json& j);
+
 // {"error": {"message", "type", "param", "code"}}
 nlohmann::json error_body(const std::string& message, const std::string& type,
                           const std::string& param = {}, const std::string& code = {});

@@ -1,7 +1,8 @@
 #include "server/server.h"
 
-#include <httplib.h>
+#include <malloc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "model/model.h"
 #include "rkv/tokenizer.h"
+#include "server/http.h"
 #include "server/reasoning.h"
 #include "server/trace_store.h"
 #include "viz/viz.h"
@@ -28,24 +30,30 @@ std::int64_t unix_time() {
       .count();
 }
 
-void send_json(httplib::Response& res, int status, const json& body) {
+void send_json(http::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  res.set_content(dump_json(body), "application/json");
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  if (e.status == 429) res.set_header("Retry-After", "1");
+void send_error(http::Response& res, const ApiError& e) {
+  if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
   send_json(res, e.status, error_body(e.what(), e.type, e.param, e.code));
 }
 
-json parse_body(const httplib::Request& req) {
-  try {
-    json j = json::parse(req.body);
-    if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
-    return j;
-  } catch (const json::exception& e) {
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
-  }
+// The OpenAI error type of a status the HTTP layer answers itself.
+const char* error_type(int status) {
+  return status == 503                    ? "unavailable_error"
+         : status >= 500 && status != 501 ? "server_error"
+                                          : "invalid_request_error";
+}
+
+// Compares the whole of two strings in time that depends only on their lengths.
+bool same_secret(std::string_view given, std::string_view expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (std::size_t i = 0; i < given.size(); ++i)
+    diff |= static_cast<unsigned char>(given[i] ^
+                                       expected[i % std::max<std::size_t>(1, expected.size())]);
+  return diff == 0;
 }
 
 // A choice that did not complete: the engine failed it, or cancelled it because the server is
@@ -75,19 +83,48 @@ struct Channel {
 }  // namespace
 
 struct Server::Impl {
+  using Route = std::function<void(const http::Request&, http::Response&)>;
+  struct RouteEntry {
+    std::string method, path;
+    Route fn;
+  };
+
   ServerOptions options;
-  httplib::Server http;
+  http::HttpServer http;
+  std::vector<RouteEntry> routes_;
   std::atomic<Engine*> engine{nullptr};
   std::string model_name;
   std::mutex name_mutex;
   std::atomic<std::uint64_t> next_response{1};
   std::atomic<std::int64_t> rejected_invalid{0}, rejected_busy{0}, disconnected{0},
-      http_requests{0};
+      http_requests{0}, server_errors{0};
   std::mt19937_64 seeds{std::random_device{}()};
   std::mutex seeds_mutex;
   TraceStore traces;
 
-  explicit Impl(ServerOptions o) : options(std::move(o)), traces(options.viz_traces) {}
+  explicit Impl(ServerOptions o)
+      : options(std::move(o)),
+        http(
+            limits_of(options),
+            [this](const http::Request& req, http::Response& res) { handle(req, res); },
+            [this](int status, const std::string& message) {
+              if (status >= 400 && status < 500) ++rejected_invalid;
+              return std::pair<std::string, std::string>(
+                  dump_json(error_body(message, error_type(status))), "application/json");
+            }),
+        traces(options.viz_traces) {}
+
+  static http::Limits limits_of(const ServerOptions& o) {
+    http::Limits l;
+    l.max_body_bytes = o.max_body_bytes;
+    l.header_timeout_seconds = o.header_timeout_seconds;
+    l.idle_timeout_seconds = o.idle_timeout_seconds;
+    l.write_timeout_seconds = o.write_timeout_seconds;
+    l.max_connections = o.max_connections;
+    l.backlog = o.listen_backlog;
+    l.workers = std::max(4, o.http_threads);
+    return l;
+  }
 
   Engine& ready_engine() {
     Engine* e = engine.load();
@@ -106,17 +143,26 @@ struct Server::Impl {
     return model_name;
   }
 
+  void on(std::string method, std::string path, Route fn) {
+    routes_.push_back({std::move(method), std::move(path), std::move(fn)});
+  }
+  void handle(const http::Request& req, http::Response& res);
+  void route(const http::Request& req, http::Response& res);
   void routes();
-  void completions(const httplib::Request& req, httplib::Response& res, bool chat);
-  std::shared_ptr<const TraceStore::Entry> find_trace(const httplib::Request& req);
-  void viz_index(httplib::Response& res);
+  void completions(const http::Request& req, http::Response& res, bool chat);
+  std::shared_ptr<const TraceStore::Entry> find_trace(const http::Request& req);
+  void viz_index(http::Response& res);
 };
 
 Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
-  const int threads = std::max(4, impl_->options.http_threads);
-  impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  impl_->http.set_payload_max_length(16u << 20);
-  impl_->http.set_keep_alive_timeout(5);
+  // Browsers may call the API from pages of other origins (CORS), as with llama.cpp's server.
+  impl_->http.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
+  // /health and /metrics answer on threads of their own, even while every worker streams.
+  impl_->http.set_fast_lane([](const http::Request& req) {
+    return req.method == "GET" && (req.path == "/health" || req.path == "/metrics");
+  });
+  // A large body leaves freed memory in the allocator's per-thread arenas; give it back.
+  impl_->http.set_after_large_request(1u << 20, [] { ::malloc_trim(0); });
   impl_->routes();
 }
 
@@ -127,24 +173,16 @@ Server::~Server() {
 int Server::bind() {
   const auto& o = impl_->options;
   if (o.port < 0 || o.port > 65535) throw Error("--port must be in 0..65535");
-  if (o.port == 0) {
-    port_ = impl_->http.bind_to_any_port(o.host);
-    if (port_ <= 0) throw Error("cannot listen on " + o.host + " (any port)");
-  } else {
-    if (!impl_->http.bind_to_port(o.host, o.port))
-      throw Error("cannot listen on " + o.host + ":" + std::to_string(o.port) +
-                  " (in use, or not an address of this machine)");
-    port_ = o.port;
-  }
+  port_ = impl_->http.bind(o.host, o.port);
   return port_;
 }
 
 void Server::serve() {
-  impl_->http.listen_after_bind();
+  impl_->http.serve();
 }
 
 void Server::stop() {
-  if (impl_->http.is_running()) impl_->http.stop();
+  impl_->http.stop();
 }
 
 void Server::set_engine(Engine* engine, std::string model_name, RequestDefaults defaults) {
@@ -156,50 +194,61 @@ void Server::set_engine(Engine* engine, std::string model_name, RequestDefaults 
   impl_->engine.store(engine);
 }
 
-void Server::Impl::routes() {
-  http.set_exception_handler(
-      [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        try {
-          std::rethrow_exception(ep);
-        } catch (const ApiError& e) {
-          if (e.status == 400) ++rejected_invalid;
-          send_error(res, e);
-        } catch (const Error& e) {
-          ++rejected_invalid;
-          send_json(res, 400, error_body(e.what(), "invalid_request_error"));
-        } catch (const std::exception& e) {
-          send_json(res, 500, error_body(e.what(), "server_error"));
-        } catch (...) {
-          send_json(res, 500, error_body("unknown error", "server_error"));
-        }
-      });
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string message = res.status == 404   ? "no route " + req.method + " " + req.path
-                                : res.status == 413 ? std::string("the request body is too large")
-                                                    : "HTTP " + std::to_string(res.status);
-    send_json(res, res.status, error_body(message, "invalid_request_error"));
-  });
-  // Browsers may call the API from pages of other origins (CORS), as with llama.cpp's server.
-  http.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
-  http.Options(R"(/.*)", [](const httplib::Request&, httplib::Response& res) {
+// Every request passes here: no exception leaves it (each becomes the OpenAI error object).
+void Server::Impl::handle(const http::Request& req, http::Response& res) {
+  ++http_requests;
+  try {
+    route(req, res);
+  } catch (const ApiError& e) {
+    if (e.status >= 400 && e.status < 500 && e.status != 429) ++rejected_invalid;
+    res = http::Response{};
+    send_error(res, e);
+  } catch (const Error& e) {
+    ++rejected_invalid;
+    res = http::Response{};
+    send_json(res, 400, error_body(e.what(), "invalid_request_error"));
+  } catch (const std::exception& e) {
+    ++server_errors;
+    std::fprintf(stderr, "[serve] error: %s %s: %s\n", req.method.c_str(), req.path.c_str(),
+                 e.what());
+    res = http::Response{};
+    send_json(res, 500, error_body(e.what(), "server_error"));
+  } catch (...) {
+    ++server_errors;
+    res = http::Response{};
+    send_json(res, 500, error_body("unknown error", "server_error"));
+  }
+}
+
+void Server::Impl::route(const http::Request& req, http::Response& res) {
+  if (req.method == "OPTIONS") {
     res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
     res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
     res.status = 204;
-  });
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    ++http_requests;
-    if (!options.api_key.empty() && req.method != "OPTIONS" && req.path != "/health" &&
-        req.get_header_value("Authorization") != "Bearer " + options.api_key) {
-      send_json(res, 401,
-                error_body("a valid API key is required: send \"Authorization: Bearer <key>\"",
-                           "authentication_error", {}, "invalid_api_key"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
+    return;
+  }
+  if (!options.api_key.empty() && req.path != "/health") {
+    const std::string* auth = req.header("Authorization");
+    if (auth == nullptr || !same_secret(*auth, "Bearer " + options.api_key))
+      throw ApiError(401, "a valid API key is required: send \"Authorization: Bearer <key>\"", {},
+                     "authentication_error", "invalid_api_key");
+  }
+  std::string allowed;
+  for (const RouteEntry& r : routes_) {
+    if (r.path != req.path) continue;
+    if (r.method == req.method) return r.fn(req, res);
+    allowed += (allowed.empty() ? "" : ", ") + r.method;
+  }
+  if (!allowed.empty()) {
+    res.set_header("Allow", allowed + ", OPTIONS");
+    throw ApiError(405,
+                   req.method + " is not allowed on " + req.path + " (allowed: " + allowed + ")");
+  }
+  throw ApiError(404, "no route " + req.method + " " + req.path);
+}
 
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+void Server::Impl::routes() {
+  on("GET", "/health", [this](const http::Request&, http::Response& res) {
     if (engine.load() == nullptr) {
       json body = error_body("the model is still loading", "unavailable_error", {}, "loading");
       body["status"] = "loading";
@@ -208,7 +257,7 @@ void Server::Impl::routes() {
       send_json(res, 200, {{"status", "ok"}});
     }
   });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  on("GET", "/v1/models", [this](const http::Request&, http::Response& res) {
     Engine& e = ready_engine();
     const ModelConfig& c = e.model().config();
     send_json(res, 200,
@@ -224,7 +273,7 @@ void Server::Impl::routes() {
                     {"weight_bytes", e.model().weight_bytes()},
                     {"kv_memory_bytes", e.options().kv_memory_bytes}}}}}}});
   });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  on("GET", "/metrics", [this](const http::Request&, http::Response& res) {
     Engine* e = engine.load();
     const EngineStats s = e ? e->stats() : EngineStats{};
     std::string out;
@@ -265,6 +314,22 @@ void Server::Impl::routes() {
            static_cast<double>(rejected_busy.load()));
     metric("rkv_http_requests_total", "counter", "HTTP requests received.",
            static_cast<double>(http_requests.load()));
+    metric("rkv_http_server_errors_total", "counter",
+           "Requests answered 500 (or whose stream ended with an error event).",
+           static_cast<double>(server_errors.load()));
+    const http::HttpServer::Counters hc = http.counters();
+    metric("rkv_http_connections_open", "gauge", "Connections open (reading or being answered).",
+           hc.open);
+    metric("rkv_http_connections_total", "counter", "Connections accepted.",
+           static_cast<double>(hc.accepted));
+    metric("rkv_http_connections_refused_total", "counter",
+           "Connections answered 503 because --max-connections were open.",
+           static_cast<double>(hc.refused_busy));
+    metric("rkv_http_protocol_errors_total", "counter",
+           "Requests the HTTP layer refused (malformed, too large, unsupported encoding).",
+           static_cast<double>(hc.protocol_errors));
+    metric("rkv_http_timeouts_total", "counter", "Requests answered 408: headers or body too slow.",
+           static_cast<double>(hc.timeouts));
     out +=
         "# HELP rkv_step_seconds Wall time of the engine's forward passes (one per step).\n"
         "# TYPE rkv_step_seconds summary\n";
@@ -274,9 +339,9 @@ void Server::Impl::routes() {
     out += line;
     res.set_content(out, "text/plain; version=0.0.4");
   });
-  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  on("POST", "/tokenize", [this](const http::Request& req, http::Response& res) {
     Engine& e = ready_engine();
-    const json j = parse_body(req);
+    const json j = parse_request_json(req.body);
     const auto it = j.find("content");
     if (it == j.end() || !it->is_string())
       throw ApiError(400, "'content' (a string) is required", "content");
@@ -289,9 +354,9 @@ void Server::Impl::routes() {
     const auto ids = e.tokenizer()->encode(it->get<std::string>(), add_special);
     send_json(res, 200, {{"tokens", ids}});
   });
-  http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  on("POST", "/detokenize", [this](const http::Request& req, http::Response& res) {
     Engine& e = ready_engine();
-    const json j = parse_body(req);
+    const json j = parse_request_json(req.body);
     const auto it = j.find("tokens");
     if (it == j.end() || !it->is_array())
       throw ApiError(400, "'tokens' (an array of token ids) is required", "tokens");
@@ -307,8 +372,8 @@ void Server::Impl::routes() {
   });
   // The eviction page of a traced request (--viz N): an index of the kept traces, the page of
   // one (running or finished), and its trace as JSON lines.
-  http.Get("/viz", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!req.has_param("id")) return viz_index(res);
+  on("GET", "/viz", [this](const http::Request& req, http::Response& res) {
+    if (req.param("id") == nullptr) return viz_index(res);
     const auto entry = find_trace(req);
     std::string text;
     {
@@ -319,20 +384,18 @@ void Server::Impl::routes() {
         entry->id + (entry->choice > 0 ? " choice " + std::to_string(entry->choice) : "");
     res.set_content(viz::render_page({{label, text}}), "text/html; charset=utf-8");
   });
-  http.Get("/viz/trace", [this](const httplib::Request& req, httplib::Response& res) {
+  on("GET", "/viz/trace", [this](const http::Request& req, http::Response& res) {
     const auto entry = find_trace(req);
     std::lock_guard lock(entry->mutex);
     res.set_content(entry->text, "application/x-ndjson");
   });
-  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    completions(req, res, true);
-  });
-  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    completions(req, res, false);
-  });
+  on("POST", "/v1/chat/completions",
+     [this](const http::Request& req, http::Response& res) { completions(req, res, true); });
+  on("POST", "/v1/completions",
+     [this](const http::Request& req, http::Response& res) { completions(req, res, false); });
 }
 
-void Server::Impl::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+void Server::Impl::completions(const http::Request& req, http::Response& res, bool chat) {
   Engine& engine_ref = ready_engine();
   ParsedRequest parsed = parse_completion_request(req.body, chat, options.defaults, random_seed());
   if (!parsed.max_tokens_given) {
@@ -407,184 +470,195 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
     ++disconnected;
     for (std::uint64_t rid : ids) eng->cancel(rid);
   };
+  auto failed = [this](const std::exception& e) {
+    ++server_errors;
+    std::fprintf(stderr, "[serve] error while answering: %s\n", e.what());
+  };
 
   if (!parsed.stream) {
     // The body is written once every choice is done; until then, a blank every heartbeat
     // (JSON allows leading whitespace) finds out whether the client is still there.
-    res.set_chunked_content_provider("application/json", [=](std::size_t, httplib::DataSink& sink) {
-      std::unique_lock lock(channel->mutex);
-      while (channel->done < n) {
-        if (!channel->cv.wait_for(lock, heartbeat, [&] { return channel->done >= n; })) {
-          lock.unlock();
-          const bool alive = sink.write(" ", 1);
-          lock.lock();
-          if (!alive) {
+    res.content_type = "application/json";
+    res.stream = [=](http::Sink& sink) {
+      try {
+        std::unique_lock lock(channel->mutex);
+        while (channel->done < n) {
+          if (!channel->cv.wait_for(lock, heartbeat, [&] { return channel->done >= n; })) {
             lock.unlock();
-            cancel_all();
-            return false;
+            const bool alive = sink.write(" ");
+            lock.lock();
+            if (!alive) {
+              lock.unlock();
+              cancel_all();
+              return;
+            }
           }
         }
-      }
-      std::vector<Completion> done = channel->completions;
-      lock.unlock();
-      json choices = json::array();
-      for (int i = 0; i < n; ++i) {
-        const Completion& c = done[static_cast<std::size_t>(i)];
-        if (c.stop_reason == "error" || c.stop_reason == "cancelled") {
-          // The status line is sent already; the body says what went wrong.
-          const std::string body = failure_body(c).dump();
-          sink.write(body.data(), body.size());
-          sink.done();
-          return true;
-        }
-        if (chat) {
-          json message = {{"role", "assistant"}};
-          if (split) {
-            ReasoningSplitter splitter(starts_in_reasoning);
-            auto d = splitter.push(c.text);
-            auto tail = splitter.finish();
-            d.reasoning += tail.reasoning;
-            d.content += tail.content;
-            message["content"] = d.content;
-            if (!d.reasoning.empty()) message["reasoning_content"] = d.reasoning;
+        std::vector<Completion> done = channel->completions;
+        lock.unlock();
+        json choices = json::array();
+        for (int i = 0; i < n; ++i) {
+          const Completion& c = done[static_cast<std::size_t>(i)];
+          if (c.stop_reason == "error" || c.stop_reason == "cancelled") {
+            // The status line is sent already; the body says what went wrong.
+            sink.write(dump_json(failure_body(c)));
+            return;
+          }
+          if (chat) {
+            json message = {{"role", "assistant"}};
+            if (split) {
+              ReasoningSplitter splitter(starts_in_reasoning);
+              auto d = splitter.push(c.text);
+              auto tail = splitter.finish();
+              d.reasoning += tail.reasoning;
+              d.content += tail.content;
+              message["content"] = d.content;
+              if (!d.reasoning.empty()) message["reasoning_content"] = d.reasoning;
+            } else {
+              message["content"] = c.text;
+            }
+            choices.push_back({{"index", i},
+                               {"message", message},
+                               {"finish_reason", c.finish_reason},
+                               {"logprobs", nullptr}});
           } else {
-            message["content"] = c.text;
+            choices.push_back({{"index", i},
+                               {"text", c.text},
+                               {"finish_reason", c.finish_reason},
+                               {"logprobs", nullptr}});
           }
-          choices.push_back({{"index", i},
-                             {"message", message},
-                             {"finish_reason", c.finish_reason},
-                             {"logprobs", nullptr}});
-        } else {
-          choices.push_back({{"index", i},
-                             {"text", c.text},
-                             {"finish_reason", c.finish_reason},
-                             {"logprobs", nullptr}});
         }
+        const json body = {{"id", id},
+                           {"object", chat ? "chat.completion" : "text_completion"},
+                           {"created", created},
+                           {"model", model},
+                           {"choices", choices},
+                           {"usage", usage_body(done)},
+                           {"kv", kv_report(done)}};
+        sink.write(dump_json(body));
+      } catch (const std::exception& e) {
+        // The status line is sent: the body is the error, and the choices are cancelled.
+        failed(e);
+        cancel_all();
+        sink.write(dump_json(error_body(e.what(), "server_error")));
       }
-      const json body = {{"id", id},
-                         {"object", chat ? "chat.completion" : "text_completion"},
-                         {"created", created},
-                         {"model", model},
-                         {"choices", choices},
-                         {"usage", usage_body(done)},
-                         {"kv", kv_report(done)}};
-      const std::string text = body.dump();
-      sink.write(text.data(), text.size());
-      sink.done();
-      return true;
-    });
+    };
     return;
   }
 
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [=](std::size_t, httplib::DataSink& sink) {
+  res.content_type = "text/event-stream";
+  res.stream = [=](http::Sink& sink) {
     auto send = [&sink](const json& chunk) {
-      const std::string line = "data: " + chunk.dump() + "\n\n";
-      return sink.write(line.data(), line.size());
+      return sink.write("data: " + dump_json(chunk) + "\n\n");
     };
-    auto chunk_of = [&](json choices) {
-      return json{{"id", id},
-                  {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                  {"created", created},
-                  {"model", model},
-                  {"choices", std::move(choices)}};
-    };
-    auto delta_chunk = [&](int i, const char* key, const std::string& text) {
+    try {
+      auto chunk_of = [&](json choices) {
+        return json{{"id", id},
+                    {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", created},
+                    {"model", model},
+                    {"choices", std::move(choices)}};
+      };
+      auto delta_chunk = [&](int i, const char* key, const std::string& text) {
+        if (chat)
+          return chunk_of(
+              json::array({{{"index", i}, {"delta", {{key, text}}}, {"finish_reason", nullptr}}}));
+        return chunk_of(json::array(
+            {{{"index", i}, {"text", text}, {"finish_reason", nullptr}, {"logprobs", nullptr}}}));
+      };
+      std::vector<ReasoningSplitter> splitters(static_cast<std::size_t>(n),
+                                               ReasoningSplitter(starts_in_reasoning));
+      auto send_text = [&](int i, const ReasoningSplitter::Delta& d) {
+        if (!d.reasoning.empty() && !send(delta_chunk(i, "reasoning_content", d.reasoning)))
+          return false;
+        if (!d.content.empty() && !send(delta_chunk(i, "content", d.content))) return false;
+        return true;
+      };
+      bool ok = true;
       if (chat)
-        return chunk_of(
-            json::array({{{"index", i}, {"delta", {{key, text}}}, {"finish_reason", nullptr}}}));
-      return chunk_of(json::array(
-          {{{"index", i}, {"text", text}, {"finish_reason", nullptr}, {"logprobs", nullptr}}}));
-    };
-    std::vector<ReasoningSplitter> splitters(static_cast<std::size_t>(n),
-                                             ReasoningSplitter(starts_in_reasoning));
-    auto send_text = [&](int i, const ReasoningSplitter::Delta& d) {
-      if (!d.reasoning.empty() && !send(delta_chunk(i, "reasoning_content", d.reasoning)))
-        return false;
-      if (!d.content.empty() && !send(delta_chunk(i, "content", d.content))) return false;
-      return true;
-    };
-    bool ok = true;
-    if (chat)
-      for (int i = 0; i < n && ok; ++i)
-        ok = send(chunk_of(json::array({{{"index", i},
-                                         {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                         {"finish_reason", nullptr}}})));
-    int finished = 0;
-    std::vector<Completion> done;
-    while (ok && finished < n) {
-      std::deque<Channel::Event> events;
-      {
-        std::unique_lock lock(channel->mutex);
-        channel->cv.wait_for(lock, heartbeat, [&] { return !channel->events.empty(); });
-        events.swap(channel->events);
-        if (finished + static_cast<int>(std::count_if(events.begin(), events.end(),
-                                                      [](const auto& e) { return e.done; })) >=
-            n)
-          done = channel->completions;
-      }
-      if (events.empty()) {
-        static const std::string ping = ": keep-alive\n\n";
-        ok = sink.write(ping.data(), ping.size());
-        continue;
-      }
-      for (const auto& e : events) {
-        if (!ok) break;
-        const auto i = static_cast<std::size_t>(e.choice);
-        if (!e.done) {
-          ok = split ? send_text(e.choice, splitters[i].push(e.text))
-                     : send(delta_chunk(e.choice, "content", e.text));
-          continue;
-        }
-        ++finished;
-        Completion c;
+        for (int i = 0; i < n && ok; ++i)
+          ok = send(chunk_of(json::array({{{"index", i},
+                                           {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                           {"finish_reason", nullptr}}})));
+      int finished = 0;
+      std::vector<Completion> done;
+      while (ok && finished < n) {
+        std::deque<Channel::Event> events;
         {
-          std::lock_guard lock(channel->mutex);
-          c = channel->completions[i];
+          std::unique_lock lock(channel->mutex);
+          channel->cv.wait_for(lock, heartbeat, [&] { return !channel->events.empty(); });
+          events.swap(channel->events);
+          if (finished + static_cast<int>(std::count_if(events.begin(), events.end(),
+                                                        [](const auto& e) { return e.done; })) >=
+              n)
+            done = channel->completions;
         }
-        if (c.stop_reason == "error" || c.stop_reason == "cancelled") {
-          ok = send(failure_body(c));  // OpenAI's clients raise an APIError on this event
+        if (events.empty()) {
+          ok = sink.write(": keep-alive\n\n");
           continue;
         }
-        if (split) ok = send_text(e.choice, splitters[i].finish());
-        json last = chat ? json{{"index", e.choice},
-                                {"delta", json::object()},
-                                {"finish_reason", c.finish_reason}}
-                         : json{{"index", e.choice},
-                                {"text", ""},
-                                {"finish_reason", c.finish_reason},
-                                {"logprobs", nullptr}};
-        json chunk = chunk_of(json::array({last}));
-        chunk["kv"] = kv_report({c});
-        if (ok) ok = send(chunk);
+        for (const auto& e : events) {
+          if (!ok) break;
+          const auto i = static_cast<std::size_t>(e.choice);
+          if (!e.done) {
+            ok = split ? send_text(e.choice, splitters[i].push(e.text))
+                       : send(delta_chunk(e.choice, "content", e.text));
+            continue;
+          }
+          ++finished;
+          Completion c;
+          {
+            std::lock_guard lock(channel->mutex);
+            c = channel->completions[i];
+          }
+          if (c.stop_reason == "error" || c.stop_reason == "cancelled") {
+            ok = send(failure_body(c));  // OpenAI's clients raise an APIError on this event
+            continue;
+          }
+          if (split) ok = send_text(e.choice, splitters[i].finish());
+          json last = chat ? json{{"index", e.choice},
+                                  {"delta", json::object()},
+                                  {"finish_reason", c.finish_reason}}
+                           : json{{"index", e.choice},
+                                  {"text", ""},
+                                  {"finish_reason", c.finish_reason},
+                                  {"logprobs", nullptr}};
+          json chunk = chunk_of(json::array({last}));
+          chunk["kv"] = kv_report({c});
+          if (ok) ok = send(chunk);
+        }
       }
-    }
-    if (!ok) {
+      if (!ok) {
+        cancel_all();
+        return;
+      }
+      if (parsed.include_usage) {
+        json chunk = chunk_of(json::array());
+        chunk["usage"] = usage_body(done);
+        if (!send(chunk)) return;
+      }
+      sink.write("data: [DONE]\n\n");
+    } catch (const std::exception& e) {
+      // Mid-stream: an error event, then the end, so every client sees how the stream ended.
+      failed(e);
       cancel_all();
-      return false;
+      if (send(error_body(e.what(), "server_error"))) sink.write("data: [DONE]\n\n");
     }
-    if (parsed.include_usage) {
-      json chunk = chunk_of(json::array());
-      chunk["usage"] = usage_body(done);
-      if (!send(chunk)) return false;
-    }
-    static const std::string end = "data: [DONE]\n\n";
-    sink.write(end.data(), end.size());
-    sink.done();
-    return true;
-  });
+  };
 }
 
-std::shared_ptr<const TraceStore::Entry> Server::Impl::find_trace(const httplib::Request& req) {
+std::shared_ptr<const TraceStore::Entry> Server::Impl::find_trace(const http::Request& req) {
   if (!traces.enabled())
     throw ApiError(404,
                    "request traces are off: start rkv serve with --viz N to keep the traces of "
                    "the last N requests",
                    {}, "invalid_request_error", "viz_disabled");
-  const std::string id = req.get_param_value("id");
+  const std::string* id_param = req.param("id");
+  const std::string id = id_param != nullptr ? *id_param : std::string();
   int choice = 0;
-  if (req.has_param("choice")) {
-    const std::string c = req.get_param_value("choice");
+  if (const std::string* choice_param = req.param("choice")) {
+    const std::string& c = *choice_param;
     if (c.empty() || c.size() > 3 || c.find_first_not_of("0123456789") != std::string::npos)
       throw ApiError(400, "choice must be a choice index (0, 1, ...)", "choice");
     choice = std::stoi(c);
@@ -599,7 +673,7 @@ std::shared_ptr<const TraceStore::Entry> Server::Impl::find_trace(const httplib:
   return entry;
 }
 
-void Server::Impl::viz_index(httplib::Response& res) {
+void Server::Impl::viz_index(http::Response& res) {
   std::string html =
       "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>rkv serve: "
       "request traces</title><style>body{font:14px/1.5 system-ui,sans-serif;margin:16px}"

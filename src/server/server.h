@@ -8,23 +8,29 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "server/openai_api.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace rkv::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                 // 0: any free port (see Server::port())
-  int queue_limit = 64;            // requests waiting for a slot beyond which new ones get 429
-  int http_threads = 128;          // connections served at once (streams hold one each)
+  int port = 8080;         // 0: any free port (see Server::port())
+  int queue_limit = 64;    // requests waiting for a slot beyond which new ones get 429
+  int http_threads = 128;  // requests handled at once (streams hold one each)
+  // The limits of the HTTP layer (docs/SERVER.md, "Limits"): a request's body, the time for its
+  // request line and headers, the idle time of a connection (between requests and within a
+  // body), a stalled response write, connections open at once (503 beyond), the listen queue.
+  std::size_t max_body_bytes = 16u << 20;
+  double header_timeout_seconds = 10;
+  double idle_timeout_seconds = 5;
+  double write_timeout_seconds = 30;
+  int max_connections = 1024;
+  int listen_backlog = 1024;
   std::string model_name;          // what /v1/models lists (default: the model directory's name)
   RequestDefaults defaults;        // the generate flags given to `rkv serve`
   double heartbeat_seconds = 0.5;  // idle time after which a waiting response probes the client

@@ -1,4 +1,6 @@
 // Encoding: the vocabulary tables, and plain text -> words -> byte-level BPE ids.
+#include <algorithm>
+
 #include "core/error.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer_impl.h"
@@ -15,6 +17,7 @@ void Tokenizer::Impl::set_token(int32_t id, const std::string& vocab_form, std::
     flags.resize(index + 1, 0);
   }
   id_to_token[index] = vocab_form;
+  max_token_bytes = std::max({max_token_bytes, bytes.size(), vocab_form.size()});
   id_to_bytes[index] = std::move(bytes);
   flags[index] = static_cast<uint8_t>(flag_bits | kPresent);
   vocab[vocab_form] = id;

@@ -188,6 +188,10 @@ int32_t Tokenizer::token_id(std::string_view token) const {
   return it == impl_->vocab.end() ? -1 : it->second;
 }
 
+std::size_t Tokenizer::min_tokens(std::size_t bytes) const {
+  return bytes / (impl_->max_token_bytes * (impl_->nfc ? 3 : 1));
+}
+
 int32_t Tokenizer::vocab_size() const {
   return static_cast<int32_t>(impl_->flags.size());
 }

@@ -28,6 +28,7 @@ struct Tokenizer::Impl {
   std::vector<std::string> id_to_token;            // [vocab_size] vocabulary form
   std::vector<std::string> id_to_bytes;            // [vocab_size] raw bytes
   std::vector<uint8_t> flags;                      // [vocab_size] Flag bits
+  std::size_t max_token_bytes = 1;                 // the longest token's raw bytes
   std::array<int32_t, 256> byte_ids{};             // id of each single byte; -1 if none
 
   tokenizer::BpeMerges merges;

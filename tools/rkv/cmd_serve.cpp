@@ -32,6 +32,9 @@ struct Args {
   int parallel = 0;
   int queue_limit = 64;
   int http_threads = 128;
+  std::string max_body = "16MiB";
+  double header_timeout = 10, idle_timeout = 5, write_timeout = 30;
+  int max_connections = 1024, listen_backlog = 1024;
   int viz = 0;
   int prefill_chunk = 256;
   int threads = 1;
@@ -47,6 +50,13 @@ void run(const Args& a) {
   o.port = a.port;
   o.queue_limit = a.queue_limit;
   o.http_threads = a.http_threads;
+  o.max_body_bytes = parse_byte_size(a.max_body);
+  if (o.max_body_bytes == 0) throw Error("--max-body must be at least 1 byte");
+  o.header_timeout_seconds = a.header_timeout;
+  o.idle_timeout_seconds = a.idle_timeout;
+  o.write_timeout_seconds = a.write_timeout;
+  o.max_connections = a.max_connections;
+  o.listen_backlog = a.listen_backlog;
   o.api_key = a.api_key;
   o.viz_traces = a.viz;
   server::RequestDefaults defaults;
@@ -185,8 +195,37 @@ void setup(CLI::App& app) {
                   "Requests allowed to wait for a slot; more are answered 429 with Retry-After")
       ->check(at_least(0));
   add_flag_option(app, "--http-threads", a->http_threads,
-                  "Connections served at once (each streaming response holds one)")
+                  "Requests handled at once (each streaming response holds one; /health and "
+                  "/metrics have two threads of their own)")
       ->check(CLI::Range(4, 4096));
+  add_flag_option(app, "--max-body", a->max_body,
+                  "Largest request body (16MiB, 1MiB, ...), counted as it arrives in any "
+                  "transfer encoding; larger ones are answered 413")
+      ->group("HTTP limits");
+  add_flag_option(app, "--header-timeout", a->header_timeout,
+                  "Seconds from a request's first byte to the end of its headers; slower ones "
+                  "are answered 408")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->group("HTTP limits");
+  add_flag_option(app, "--idle-timeout", a->idle_timeout,
+                  "Seconds a kept-alive connection may wait for its next request, and a body "
+                  "for its next bytes (408 then)")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->group("HTTP limits");
+  add_flag_option(app, "--write-timeout", a->write_timeout,
+                  "Seconds a response write may stall on a client that does not read before "
+                  "the connection is dropped (its request is cancelled)")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->group("HTTP limits");
+  add_flag_option(app, "--max-connections", a->max_connections,
+                  "Connections open at once; beyond it new ones are answered 503 and closed")
+      ->check(CLI::Range(8, 1000000))
+      ->group("HTTP limits");
+  add_flag_option(app, "--listen-backlog", a->listen_backlog,
+                  "Connections the kernel queues before they are accepted (capped by "
+                  "net.core.somaxconn)")
+      ->check(CLI::Range(1, 65535))
+      ->group("HTTP limits");
   add_flag_option(app, "--prefill-chunk", a->prefill_chunk,
                   "Prompt tokens per engine step, over all prefilling requests")
       ->check(at_least(1));
