@@ -4,7 +4,10 @@
 // own thread serves many submitters with results identical to serving each alone.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <fstream>
+#include <future>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -242,6 +245,66 @@ TEST_F(EngineTest, ItsOwnThreadServesManySubmittersLikeEachAlone) {
   EXPECT_EQ(s.kv_bytes_in_use, 0u);
   EXPECT_EQ(s.cancelled, 1);
   EXPECT_EQ(s.finished, static_cast<std::int64_t>(qs.size()) + 1);
+}
+
+// A submitter's callback that throws ends only its own request: the engine thread survives and
+// the request beside it finishes exactly as alone.
+TEST_F(EngineTest, ACallbackThatThrowsEndsOnlyItsOwnRequest) {
+  const auto qs = test::held_out_problems(2);
+  auto request = [&](const std::string& text) {
+    Request q;
+    q.text = text;
+    q.max_new_tokens = 64;
+    q.sampling.temperature = 0;
+    return q;
+  };
+  std::string alone;
+  {
+    Engine solo(*model_, tokenizer_.get(), pool_);
+    solo.submit(solo.prepare(request(qs[1])));
+    solo.run_until_idle();
+    alone = solo.take_completions().at(0).text;
+  }
+  Engine engine(*model_, tokenizer_.get(), pool_);
+  engine.start();
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<Completion> done(2);
+  int finished = 0;
+  for (int i = 0; i < 2; ++i) {
+    RequestCallbacks cb;
+    if (i == 0)
+      cb.on_token = [](const TokenEvent& e) {
+        if (e.token >= 0) throw std::runtime_error("the client's buffer is full");
+      };
+    cb.on_done = [&, i](const Completion& c) {
+      std::lock_guard lock(m);
+      done[static_cast<std::size_t>(i)] = c;
+      ++finished;
+      cv.notify_all();
+      if (i == 0) throw std::runtime_error("and so is on_done");
+    };
+    engine.submit(engine.prepare(request(qs[static_cast<std::size_t>(i)])), cb);
+  }
+  {
+    std::unique_lock lock(m);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return finished == 2; }));
+  }
+  EXPECT_EQ(done[0].stop_reason, "error");
+  EXPECT_NE(done[0].error.find("the client's buffer is full"), std::string::npos) << done[0].error;
+  EXPECT_LE(done[0].tokens.size(), 1u);
+  EXPECT_NE(done[1].stop_reason, "error");
+  EXPECT_EQ(done[1].text, alone);
+  // And it goes on serving.
+  Request again = request(qs[1]);
+  std::promise<std::string> text;
+  RequestCallbacks cb;
+  cb.on_done = [&](const Completion& c) { text.set_value(c.text); };
+  engine.submit(engine.prepare(again), cb);
+  auto f = text.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_EQ(f.get(), alone);
+  engine.stop();
 }
 
 }  // namespace

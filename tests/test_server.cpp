@@ -7,6 +7,7 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <fstream>
 #include <thread>
 
@@ -252,6 +253,71 @@ TEST_F(ServerTest, AFullQueueAnswers429AndBadRequestsGetErrorObjects) {
   const json ids = json::parse(ok->body)["tokens"];
   auto back = client.Post("/detokenize", json{{"tokens", ids}}.dump(), "application/json");
   EXPECT_EQ(json::parse(back->body)["content"], "2:a\n");
+  engine.stop();
+}
+
+// Issue 31's inputs at the level of requests: invalid UTF-8 in any field is a 400 naming the
+// field (it used to abort the process), switches must be JSON booleans, and a prompt far longer
+// than the context is refused before it is tokenized.
+TEST_F(ServerTest, HostileRequestsGetA400NamingTheFieldAndTheServerGoesOn) {
+  ServerOptions o;
+  o.port = 0;
+  Running r(o);
+  EngineOptions eo;
+  eo.context_size = 512;
+  Engine engine(*model_, tokenizer_.get(), pool_, eo);
+  engine.start();
+  r.server().set_engine(&engine, "tiny", {});
+  auto client = r.client();
+  const std::string ff = "\xff";
+  struct Case {
+    std::string path, body, param;
+  };
+  const std::vector<Case> cases = {
+      {"/v1/completions", R"({"prompt": "1:a)" + ff + R"("})", "prompt"},
+      {"/v1/completions", R"({"prompt": "1:a", "stop": ["x", "y)" + ff + R"("]})", "stop[1]"},
+      {"/v1/completions", R"({"prompt": "1:a", "model": ")" + ff + R"("})", "model"},
+      {"/v1/completions", R"({"prompt": "1:a", "kv": {"method": "r)" + ff + R"(kv"}})",
+       "kv.method"},
+      {"/v1/completions", R"({"prompt": "1:a", "x)" + ff + R"(": 1})", "x\ufffd (a key)"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "us)" + ff + R"(er", "content": "a"}]})",
+       "messages[0].role"},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": [{"type": "text", "text": ")" +
+           std::string("\xc3(") + R"("}]}]})",
+       "messages[0].content[0].text"},
+      {"/tokenize", R"({"content": ")" + ff + R"("})", "content"},
+      {"/v1/completions", R"({"prompt": "1:a", "kv": {"method": "rkv", "think_only": "yes"}})",
+       "kv.think_only"},
+  };
+  for (const Case& c : cases) {
+    auto res = client.Post(c.path, c.body, "application/json");
+    ASSERT_TRUE(res) << c.body;
+    EXPECT_EQ(res->status, 400) << c.body << " -> " << res->body;
+    const json err = json::parse(res->body)["error"];
+    if (c.param.find("(a key)") != std::string::npos)
+      EXPECT_NE(err["param"].get<std::string>().find("(a key)"), std::string::npos) << res->body;
+    else
+      EXPECT_EQ(err["param"], c.param) << res->body;
+  }
+  // A 4 MiB prompt with a context of 512 is refused without tokenizing it.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto big = client.Post("/v1/completions", json{{"prompt", std::string(4u << 20, 'a')}}.dump(),
+                         "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 400);
+  EXPECT_NE(big->body.find("at least"), std::string::npos) << big->body;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  // The path of a request that is not UTF-8.
+  auto path = client.Get("/%ff");
+  ASSERT_TRUE(path);
+  EXPECT_EQ(path->status, 400);
+  // After all of it the server still answers, with the output of a clean run.
+  auto ok =
+      client.Post("/v1/completions", R"({"prompt": "2:a", "max_tokens": 4, "temperature": 0})",
+                  "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
   engine.stop();
 }
 

@@ -119,6 +119,8 @@ struct Completion {
   double queued_seconds = 0.0, prefill_seconds = 0.0, decode_seconds = 0.0;
 };
 
+// Both run on the engine thread. A callback that throws ends only its own request: on_token's
+// exception stops it with stop reason "error" and the message; on_done's is logged.
 struct RequestCallbacks {
   std::function<void(const TokenEvent&)> on_token;
   // Called once, last. Without it the completion is kept for take_completions().

@@ -27,6 +27,7 @@ struct Engine::Active {
   bool in_reasoning = false;
   int reasoning_tokens = 0;
   bool cancel_requested = false;
+  std::string callback_error;  // the submitter's on_token threw: the request ends with this
 };
 
 Engine::Engine(const Model& model, const Tokenizer* tokenizer, ThreadPool& pool,
@@ -196,7 +197,13 @@ void Engine::complete(Active& a, Completion c) {
   if (a.prepared.request.kv_dtype) c.kv_dtype = *a.prepared.request.kv_dtype;
   if (a.text) {
     const std::string tail = a.text->finish();
-    if (!tail.empty() && a.callbacks.on_token) a.callbacks.on_token({a.id, -1, tail});
+    if (!tail.empty() && a.callbacks.on_token) {
+      try {
+        a.callbacks.on_token({a.id, -1, tail});
+      } catch (...) {
+        // The submitter's callback failed on the last text; on_done still tells it the end.
+      }
+    }
     c.text = a.text->text();
     c.matched_stop = a.text->matched();
   }
@@ -213,7 +220,17 @@ void Engine::complete(Active& a, Completion c) {
     stats_.compressions += c.compressions;
     if (!a.callbacks.on_done) completions_.push_back(c);
   }
-  if (a.callbacks.on_done) a.callbacks.on_done(c);
+  if (a.callbacks.on_done) {
+    try {
+      a.callbacks.on_done(c);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[engine] request %llu: its completion callback failed: %s\n",
+                   static_cast<unsigned long long>(a.id), e.what());
+    } catch (...) {
+      std::fprintf(stderr, "[engine] request %llu: its completion callback failed\n",
+                   static_cast<unsigned long long>(a.id));
+    }
+  }
 }
 
 void Engine::drain_inbox() {
@@ -257,7 +274,16 @@ void Engine::drain_inbox() {
       if (token == think_end && think_end >= 0) raw->in_reasoning = false;
       std::string text;
       if (raw->text) text = raw->text->push(token);
-      if (raw->callbacks.on_token) raw->callbacks.on_token({raw->id, token, text});
+      // A submitter's callback that throws ends its own request, never the step of the others.
+      try {
+        if (raw->callbacks.on_token) raw->callbacks.on_token({raw->id, token, text});
+      } catch (const std::exception& e) {
+        raw->callback_error = std::string("the request's token callback failed: ") + e.what();
+        return false;
+      } catch (...) {
+        raw->callback_error = "the request's token callback failed";
+        return false;
+      }
       return !(raw->text && raw->text->stopped());
     };
     try {
@@ -290,6 +316,10 @@ bool Engine::step() {
     c.tokens = std::move(r.tokens);
     c.stop_reason = r.stop_reason == "stopped" ? "stop" : r.stop_reason;
     c.error = std::move(r.error);
+    if (!a->callback_error.empty()) {
+      c.stop_reason = "error";
+      c.error = a->callback_error;
+    }
     c.prompt_tokens = r.prompt_tokens;
     c.kv_bytes = r.kv_bytes;
     c.kv_bytes_used = r.kv_bytes_used;
