@@ -161,7 +161,12 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(o
   impl_->http.set_fast_lane([](const http::Request& req) {
     return req.method == "GET" && (req.path == "/health" || req.path == "/metrics");
   });
-  // A large body leaves freed memory in the allocator's per-thread arenas; give it back.
+  // Memory of large requests goes back to the system once they are answered: blocks of 1 MiB
+  // and more (bodies, prompts, their JSON) are mapped on their own and unmapped when freed (a
+  // fixed threshold: glibc would otherwise raise it to the largest block freed so far, and keep
+  // later ones in its per-thread arenas), and what the arenas hold free is trimmed after a large
+  // request.
+  ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
   impl_->http.set_after_large_request(1u << 20, [] { ::malloc_trim(0); });
   impl_->routes();
 }
