@@ -233,6 +233,10 @@ test('hostile clients beside honest ones', { timeout: 240_000 }, async () => {
   // Memory is given back (measured once the allocator has had its moment).
   await sleep(200);
   const rssAfter = rssKiB();
-  assert.ok(rssAfter <= 1.5 * rssBefore, `RSS ${rssBefore} KiB before, ${rssAfter} KiB after`);
+  // Under a sanitizer the allocator is the sanitizer's, which keeps freed blocks in quarantine
+  // by design (256 MiB under ASan): there the figure is printed, not held to the bound.
+  if (!process.env.RKV_SANITIZED) {
+    assert.ok(rssAfter <= 1.5 * rssBefore, `RSS ${rssBefore} KiB before, ${rssAfter} KiB after`);
+  }
   console.log(`hostile clients: /health ${health.checks} checks, worst ${health.worstMs} ms; RSS ${rssBefore} -> ${rssAfter} KiB; ${honestResults.length} honest requests identical`);
 });
