@@ -972,7 +972,7 @@ void HttpServer::set_after_large_request(std::size_t bytes, std::function<void()
   impl_->after_large = std::move(fn);
 }
 
-int HttpServer::bind(const std::string& host, int port) {
+Listener listen_on(const std::string& host, int port, int backlog) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -988,8 +988,7 @@ int HttpServer::bind(const std::string& host, int port) {
     if (fd < 0) continue;
     const int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-        ::listen(fd, std::max(1, impl_->limits.backlog)) == 0) {
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, std::max(1, backlog)) == 0) {
       sockaddr_storage addr{};
       socklen_t len = sizeof(addr);
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -997,15 +996,20 @@ int HttpServer::bind(const std::string& host, int port) {
                             ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
                             : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
       ::freeaddrinfo(found);
-      if (impl_->listen_fd >= 0) ::close(impl_->listen_fd);
-      impl_->listen_fd = fd;
-      return bound;
+      return {fd, bound};
     }
     why = std::strerror(errno);
     ::close(fd);
   }
   ::freeaddrinfo(found);
   throw Error("cannot listen on " + host + ":" + std::to_string(port) + " (" + why + ")");
+}
+
+int HttpServer::bind(const std::string& host, int port) {
+  const Listener l = listen_on(host, port, impl_->limits.backlog);
+  if (impl_->listen_fd >= 0) ::close(impl_->listen_fd);
+  impl_->listen_fd = l.fd;
+  return l.port;
 }
 
 void HttpServer::serve() {

@@ -134,6 +134,13 @@ class RequestParser {
 // Decodes %XX escapes (and '+' as a space when `plus_is_space`); false on a malformed escape.
 bool percent_decode(std::string_view in, std::string& out, bool plus_is_space);
 
+// A listening, non-blocking TCP socket on host:port (port 0: any free one). Throws rkv::Error.
+struct Listener {
+  int fd = -1;
+  int port = 0;
+};
+Listener listen_on(const std::string& host, int port, int backlog);
+
 class HttpServer {
  public:
   HttpServer(Limits limits, Handler handler, ErrorBody error_body = {});

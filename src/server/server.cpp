@@ -11,6 +11,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "kv/kv_cache.h"
 #include "model/model.h"
 #include "rkv/tokenizer.h"
 #include "server/http.h"
@@ -97,7 +98,9 @@ struct Server::Impl {
   std::mutex name_mutex;
   std::atomic<std::uint64_t> next_response{1};
   std::atomic<std::int64_t> rejected_invalid{0}, rejected_busy{0}, disconnected{0},
-      http_requests{0}, server_errors{0};
+      http_requests{0}, server_errors{0}, rejected_draining{0}, completions_accepted{0};
+  std::atomic<bool> draining{false};
+  std::atomic<int> in_flight{0};  // completions accepted and not yet answered
   std::mt19937_64 seeds{std::random_device{}()};
   std::mutex seeds_mutex;
   TraceStore traces;
@@ -149,6 +152,7 @@ struct Server::Impl {
   void handle(const http::Request& req, http::Response& res);
   void route(const http::Request& req, http::Response& res);
   void routes();
+  std::string vllm_metrics(const Engine* e, const EngineStats& s);
   void completions(const http::Request& req, http::Response& res, bool chat);
   std::shared_ptr<const TraceStore::Entry> find_trace(const http::Request& req);
   void viz_index(http::Response& res);
@@ -188,6 +192,32 @@ void Server::serve() {
 
 void Server::stop() {
   impl_->http.stop();
+}
+
+void Server::drain() {
+  impl_->draining.store(true);
+}
+
+bool Server::draining() const {
+  return impl_->draining.load();
+}
+
+int Server::in_flight() const {
+  return impl_->in_flight.load();
+}
+
+std::string Server::agent_reply() const {
+  const Engine* e = impl_->engine.load();
+  if (e == nullptr) return "down\n";
+  if (impl_->draining.load()) return "drain\n";
+  const EngineStats s = e->stats();
+  int free_percent = 100;
+  if (s.kv_bytes_cap > 0) {
+    const double used =
+        static_cast<double>(s.kv_bytes_in_use) / static_cast<double>(s.kv_bytes_cap);
+    free_percent = std::clamp(static_cast<int>(100.0 * (1.0 - used)), 1, 100);
+  }
+  return "ready up " + std::to_string(free_percent) + "%\n";
 }
 
 void Server::set_engine(Engine* engine, std::string model_name, RequestDefaults defaults) {
@@ -257,6 +287,12 @@ void Server::Impl::routes() {
     if (engine.load() == nullptr) {
       json body = error_body("the model is still loading", "unavailable_error", {}, "loading");
       body["status"] = "loading";
+      send_json(res, 503, body);
+    } else if (draining.load()) {
+      json body =
+          error_body("the server is draining: it finishes its requests and takes no new ones",
+                     "unavailable_error", {}, "draining");
+      body["status"] = "draining";
       send_json(res, 503, body);
     } else {
       send_json(res, 200, {{"status", "ok"}});
@@ -335,6 +371,16 @@ void Server::Impl::routes() {
            static_cast<double>(hc.protocol_errors));
     metric("rkv_http_timeouts_total", "counter", "Requests answered 408: headers or body too slow.",
            static_cast<double>(hc.timeouts));
+    metric("rkv_draining", "gauge", "1 while the server drains (takes no new requests).",
+           draining.load() ? 1 : 0);
+    metric("rkv_requests_in_flight", "gauge", "Completions accepted and not yet answered.",
+           in_flight.load());
+    metric("rkv_requests_accepted_total", "counter", "Completions accepted (queued or run).",
+           static_cast<double>(completions_accepted.load()));
+    metric("rkv_requests_rejected_draining_total", "counter",
+           "Completions answered 503 because the server was draining.",
+           static_cast<double>(rejected_draining.load()));
+    out += vllm_metrics(e, s);
     out +=
         "# HELP rkv_step_seconds Wall time of the engine's forward passes (one per step).\n"
         "# TYPE rkv_step_seconds summary\n";
@@ -402,6 +448,17 @@ void Server::Impl::routes() {
 
 void Server::Impl::completions(const http::Request& req, http::Response& res, bool chat) {
   Engine& engine_ref = ready_engine();
+  if (draining.load()) {
+    ++rejected_draining;
+    throw ApiError(503,
+                   "the server is draining (shutting down after its running requests): retry on "
+                   "another replica",
+                   {}, "unavailable_error", "draining");
+  }
+  // Counted from here until the response is written (or dropped): the drain waits for it.
+  ++in_flight;
+  ++completions_accepted;
+  const std::shared_ptr<void> answered(nullptr, [this](void*) { --in_flight; });
   ParsedRequest parsed = parse_completion_request(req.body, chat, options.defaults, random_seed());
   if (!parsed.max_tokens_given) {
     // No max_tokens: as much as the default allows and the context leaves.
@@ -485,6 +542,7 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
     // (JSON allows leading whitespace) finds out whether the client is still there.
     res.content_type = "application/json";
     res.stream = [=](http::Sink& sink) {
+      (void)answered;  // held until the response is written
       try {
         std::unique_lock lock(channel->mutex);
         while (channel->done < n) {
@@ -554,6 +612,7 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
   res.set_header("Cache-Control", "no-cache");
   res.content_type = "text/event-stream";
   res.stream = [=](http::Sink& sink) {
+    (void)answered;  // held until the response is written
     auto send = [&sink](const json& chunk) {
       return sink.write("data: " + dump_json(chunk) + "\n\n");
     };
@@ -651,6 +710,54 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
       if (send(error_body(e.what(), "server_error"))) sink.write("data: [DONE]\n\n");
     }
   };
+}
+
+// The model-server metrics that routers scrape (the names vLLM exposes: the Gateway API
+// Inference Extension's endpoint picker, vLLM's production-stack router, KServe), labelled with
+// model_name as vLLM does. docs/SERVER.md says what rkv puts in each.
+std::string Server::Impl::vllm_metrics(const Engine* e, const EngineStats& s) {
+  std::string label;
+  for (const char c : name()) {
+    if (c == '\\' || c == '"') label += '\\';
+    if (c == '\n') {
+      label += "\\n";
+      continue;
+    }
+    label += c;
+  }
+  const std::string model = "{model_name=\"" + label + "\"}";
+  const double usage = s.kv_bytes_cap > 0 ? static_cast<double>(s.kv_bytes_in_use) /
+                                                static_cast<double>(s.kv_bytes_cap)
+                                          : 0.0;
+  std::string out;
+  auto gauge = [&](const char* metric, const char* help, const std::string& labels, double value) {
+    char text[128];
+    std::snprintf(text, sizeof(text), " %.17g\n", value);
+    out += std::string("# HELP ") + metric + " " + help + "\n# TYPE " + metric + " gauge\n" +
+           metric + labels + text;
+  };
+  gauge("vllm:num_requests_running", "Requests holding a KV slot (as rkv_requests_running).", model,
+        s.running);
+  gauge("vllm:num_requests_waiting", "Requests waiting for a KV slot (as rkv_requests_waiting).",
+        model, s.waiting);
+  gauge("vllm:kv_cache_usage_perc",
+        "KV bytes in use over the KV memory cap, 0-1 (0 without a cap).", model, usage);
+  gauge("vllm:gpu_cache_usage_perc", "The same as vllm:kv_cache_usage_perc (the older name).",
+        model, usage);
+  // A "block" is one cached token of every layer and KV head in the server's KV dtype (what a
+  // full-cache request takes per token): block_size 1, and the cap holds num_gpu_blocks of them.
+  std::size_t blocks = 0;
+  if (e != nullptr && s.kv_bytes_cap > 0) {
+    const Model& m = e->model();
+    const std::optional<KvDtype> dtype = e->options().kv_dtype;
+    const std::size_t per_token = KvCache::slot_bytes_for(m.cache_shape(2, 0, dtype)) -
+                                  KvCache::slot_bytes_for(m.cache_shape(1, 0, dtype));
+    if (per_token > 0) blocks = s.kv_bytes_cap / per_token;
+  }
+  gauge("vllm:cache_config_info",
+        "Information of the KV cache: a block is one cached token of every layer and KV head.",
+        "{block_size=\"1\",num_gpu_blocks=\"" + std::to_string(blocks) + "\"}", 1);
+  return out;
 }
 
 std::shared_ptr<const TraceStore::Entry> Server::Impl::find_trace(const http::Request& req) {

@@ -56,6 +56,17 @@ class Server {
   // started and outlive the server's serving.
   void set_engine(Engine* engine, std::string model_name, RequestDefaults defaults);
 
+  // Graceful drain (docs/DEPLOY.md): from now on new completions get 503 with Retry-After (code
+  // "draining"), /health answers 503 {"status": "draining"} and the agent says "drain", while
+  // the requests already accepted run to their end. in_flight() counts those not yet answered.
+  void drain();
+  bool draining() const;
+  int in_flight() const;
+  // The line rkv's load-balancer agent answers (HAProxy's agent-check protocol): "down" while
+  // the model loads, "drain" while draining, else "ready up N%" with N the share of the KV cap
+  // that is free (1-100; 100 without a cap), so new requests go where there is room.
+  std::string agent_reply() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "rkv/engine.h"
 #include "rkv/tokenizer.h"
+#include "server/agent.h"
 #include "server/server.h"
 
 namespace rkv::cli {
@@ -35,6 +36,8 @@ struct Args {
   std::string max_body = "16MiB";
   double header_timeout = 10, idle_timeout = 5, write_timeout = 30;
   int max_connections = 1024, listen_backlog = 1024;
+  int agent_port = -1;
+  double drain_timeout = 600;
   int viz = 0;
   int prefill_chunk = 256;
   int threads = 1;
@@ -89,15 +92,63 @@ void run(const Args& a) {
   std::fprintf(stderr, "[serve] listening on http://%s:%d (loading the model; /health: 503)\n",
                a.host.c_str(), port);
   std::thread http([&server] { server.serve(); });
+  // The load-balancer agent (HAProxy's agent-check) on a port of its own, when asked for.
+  std::unique_ptr<server::AgentServer> agent;
+  std::thread agent_thread;
+  if (a.agent_port >= 0) {
+    agent = std::make_unique<server::AgentServer>([&server] { return server.agent_reply(); });
+    try {
+      const int agent_port = agent->bind(a.host, a.agent_port);
+      std::fprintf(stderr, "[serve] load-balancer agent on %s:%d\n", a.host.c_str(), agent_port);
+    } catch (...) {
+      server.stop();
+      http.join();
+      throw;
+    }
+    agent_thread = std::thread([&agent] { agent->serve(); });
+  }
+  auto stop_agent = [&] {
+    if (!agent) return;
+    agent->stop();
+    agent_thread.join();
+  };
   std::atomic<Engine*> running_engine{nullptr};
   std::atomic<bool> stopped{false};
-  std::thread waiter([&server, &stop_signals, &running_engine, &stopped] {
+  // The first SIGTERM/SIGINT drains (docs/DEPLOY.md): new requests get 503, those accepted run
+  // to their end, then the server exits 0. A second signal, or --drain-timeout, ends the rest.
+  const double drain_timeout = a.drain_timeout;
+  std::thread waiter([&server, &stop_signals, &running_engine, &stopped, drain_timeout] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     if (stopped.load()) return;  // woken by the main thread at the end
+    Engine* e = running_engine.load();
+    if (e != nullptr && drain_timeout > 0) {
+      server.drain();
+      std::fprintf(stderr,
+                   "[serve] draining: %d requests in flight; new ones get 503 (a second signal, "
+                   "or --drain-timeout %g s, ends them)\n",
+                   server.in_flight(), drain_timeout);
+      const auto deadline = std::chrono::steady_clock::now() +
+                            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                std::chrono::duration<double>(drain_timeout));
+      bool again = false;
+      while (server.in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+        const timespec tick{0, 100'000'000};
+        if (sigtimedwait(&stop_signals, nullptr, &tick) > 0) {
+          again = true;
+          break;
+        }
+        if (stopped.load()) return;
+      }
+      if (server.in_flight() > 0)
+        std::fprintf(stderr, "[serve] %s: ending the %d requests still in flight\n",
+                     again ? "a second signal" : "the drain timeout passed", server.in_flight());
+      else
+        std::fprintf(stderr, "[serve] drained: every accepted request was answered\n");
+    }
     std::fprintf(stderr, "[serve] stopping\n");
     // Requests in flight are cancelled first, so their handlers end and the server can stop.
-    if (Engine* e = running_engine.load()) e->stop();
+    if (e != nullptr) e->stop();
     server.stop();
     // Idle keep-alive connections (the client libraries pool them) would hold the HTTP threads
     // for up to their 5 s timeout: with every request finished, exit without waiting for them.
@@ -112,6 +163,7 @@ void run(const Args& a) {
   auto shutdown = [&] {
     server.stop();
     http.join();
+    stop_agent();
     stopped.store(true);
     pthread_kill(waiter.native_handle(), SIGTERM);
     waiter.join();
@@ -161,6 +213,7 @@ void run(const Args& a) {
       a.parallel > 0 ? std::to_string(a.parallel).c_str() : "as the cap allows",
       std::string(method_name(defaults.compression.method)).c_str(), a.threads);
   http.join();
+  stop_agent();
   stopped.store(true);
   pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();
@@ -221,6 +274,17 @@ void setup(CLI::App& app) {
                   "Connections open at once; beyond it new ones are answered 503 and closed")
       ->check(CLI::Range(8, 1000000))
       ->group("HTTP limits");
+  add_flag_option(app, "--agent-port", a->agent_port,
+                  "Answer HAProxy's agent-check on this port (0: any free port, printed): the "
+                  "free share of the KV cap as the weight, drain while draining (default: off)")
+      ->check(CLI::Range(-1, 65535))
+      ->group("Deployment");
+  add_flag_option(app, "--drain-timeout", a->drain_timeout,
+                  "On SIGTERM/SIGINT, seconds to let accepted requests finish while new ones get "
+                  "503 before ending the rest with an error (0: end them at once; a second "
+                  "signal ends them at any time)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->group("Deployment");
   add_flag_option(app, "--listen-backlog", a->listen_backlog,
                   "Connections the kernel queues before they are accepted (capped by "
                   "net.core.somaxconn)")
