@@ -338,3 +338,85 @@ TEST(Jinja, ResourceLimits) {
 }
 
 }  // namespace
+
+// ---- rkv chat-template -------------------------------------------------------------------------
+
+namespace {
+
+std::string quote(const std::filesystem::path& p) {
+  return "'" + p.string() + "'";
+}
+
+TEST(JinjaCli, RendersExactlyWithEveryBinding) {
+  rkv::test::TempDir dir("jinja-cli");
+  const auto tmpl = dir.write(
+      "t.jinja",
+      "{{ bos_token is defined }}|{{ eos_token }}|{% for m in messages %}{{ m.role }}:{{ m.content "
+      "}};"
+      "{% endfor %}{{ tools|tojson }}|{{ documents }}|{{ add_generation_prompt }}|{{ flavour }}|"
+      "{{ strftime_now('%d %b %Y') }}\n\n");
+  const auto messages = dir.write("m.json", R"([{"role": "user", "content": "hé"}])");
+  const auto tools = dir.write("t.json", R"([{"name": "a"}, {"name": "b"}])");
+  std::string out;
+  const std::string base = rkv::test::rkv_binary() + " chat-template --template " + quote(tmpl) +
+                           " --messages " + quote(messages);
+  ASSERT_EQ(
+      rkv::test::run_command(base + " --tools " + quote(tools) +
+                                 " --add-generation-prompt --eos-token '</s>' --kwargs "
+                                 "'{\"flavour\": \"x\", \"eos_token\": \"E\"}' --date 2026-01-15",
+                             out),
+      0);
+  // One trailing newline of the template is dropped (Jinja2's keep_trailing_newline=False);
+  // nothing is added.
+  EXPECT_EQ(out,
+            "False|E|user:hé;[{\"name\": \"a\"}, {\"name\": \"b\"}]|None|True|x|15 Jan 2026\n");
+  ASSERT_EQ(rkv::test::run_command(base + " --date 2026-01-15", out), 0);
+  EXPECT_EQ(out, "False||user:hé;null|None|False||15 Jan 2026\n");
+}
+
+TEST(JinjaCli, TemplateErrorsGoToStderrWithStatusOne) {
+  rkv::test::TempDir dir("jinja-cli");
+  const auto tmpl =
+      dir.write("t.jinja", "before{{ raise_exception('System role not supported') }}");
+  const auto messages = dir.write("m.json", "[]");
+  std::string out;
+  const std::string cmd = rkv::test::rkv_binary() + " chat-template --template " + quote(tmpl) +
+                          " --messages " + quote(messages);
+  EXPECT_EQ(rkv::test::run_command(cmd + " 2>/dev/null", out), 1);
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(rkv::test::run_command(cmd + " 2>&1 >/dev/null", out), 1);
+  EXPECT_NE(out.find("TemplateError: System role not supported"), std::string::npos) << out;
+  EXPECT_EQ(rkv::test::run_command(cmd + " --date 2026-13-01 2>/dev/null", out), 1);
+  EXPECT_EQ(rkv::test::run_command(cmd + " --kwargs '[1]' 2>/dev/null", out), 1);
+}
+
+TEST(JinjaCli, ReadsTheModelsOwnTemplate) {
+  rkv::test::TempDir dir("jinja-cli");
+  const auto messages = dir.write("m.json", R"([{"role": "user", "content": "hi"}])");
+  std::filesystem::create_directories(dir.path() / "listed");
+  dir.write("listed/tokenizer_config.json",
+            R"({"chat_template": [{"name": "tool_use", "template": "T"},
+                                  {"name": "default", "template": "D{{ messages[0].content }}"}]})");
+  std::filesystem::create_directories(dir.path() / "file");
+  dir.write("file/tokenizer_config.json", R"({"bos_token": "<s>"})");
+  dir.write("file/chat_template.jinja", "F{{ messages|length }}");
+  std::filesystem::create_directories(dir.path() / "none");
+  std::string out;
+  const std::string tail = " --messages " + quote(messages);
+  ASSERT_EQ(rkv::test::run_command(rkv::test::rkv_binary() + " chat-template -m " +
+                                       quote(dir.path() / "listed") + tail,
+                                   out),
+            0);
+  EXPECT_EQ(out, "Dhi");
+  ASSERT_EQ(
+      rkv::test::run_command(
+          rkv::test::rkv_binary() + " chat-template -m " + quote(dir.path() / "file") + tail, out),
+      0);
+  EXPECT_EQ(out, "F1");
+  EXPECT_EQ(rkv::test::run_command(rkv::test::rkv_binary() + " chat-template -m " +
+                                       quote(dir.path() / "none") + tail + " 2>/dev/null",
+                                   out),
+            1);
+}
+
+}  // namespace

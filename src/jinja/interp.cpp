@@ -983,6 +983,7 @@ Template Template::compile(std::string_view source) {
 std::string Template::render(const std::vector<std::pair<std::string, Value>>& variables,
                              const RenderOptions& options) const {
   std::string out;
+  if (!body_) return out;  // a default-constructed Template renders nothing
   Interp interp(options, out);
   auto root = std::make_shared<Scope>();
   root->parent = interp.globals();
