@@ -215,7 +215,9 @@ std::string Server::agent_reply() const {
   if (s.kv_bytes_cap > 0) {
     const double used =
         static_cast<double>(s.kv_bytes_in_use) / static_cast<double>(s.kv_bytes_cap);
-    free_percent = std::clamp(static_cast<int>(100.0 * (1.0 - used)), 1, 100);
+    // At least 5%: HAProxy rounds a server's weight times the percentage down, and a replica of
+    // weight 0 takes nothing even when every replica is full (deploy/haproxy.cfg: weights >= 20).
+    free_percent = std::clamp(static_cast<int>(100.0 * (1.0 - used)), 5, 100);
   }
   return "ready up " + std::to_string(free_percent) + "%\n";
 }

@@ -64,7 +64,7 @@ class Server {
   int in_flight() const;
   // The line rkv's load-balancer agent answers (HAProxy's agent-check protocol): "down" while
   // the model loads, "drain" while draining, else "ready up N%" with N the share of the KV cap
-  // that is free (1-100; 100 without a cap), so new requests go where there is room.
+  // that is free (5-100; 100 without a cap), so new requests go where there is room.
   std::string agent_reply() const;
 
  private:

@@ -34,7 +34,7 @@ process.on('exit', () => {
 
 // Starts `rkv serve` on a free port and resolves once GET /health answers 200.
 // `args` are appended to the command line (e.g. ['--kv-memory', '8MiB', '--queue-limit', '100']).
-// Returns { url, port, child, alive(), stderr(), stop() }; stop() sends SIGTERM and resolves with
+// Returns { url, port, agentPort, child, alive(), stderr(), stop() }; stop() sends SIGTERM and resolves with
 // { code, signal } once the process has exited (SIGKILL after `stopTimeoutMs`).
 export async function startServer({ args = [], readyTimeoutMs = 60_000, stopTimeoutMs = 15_000 } = {}) {
   if (!existsSync(rkvBinary)) {
@@ -104,9 +104,13 @@ export async function startServer({ args = [], readyTimeoutMs = 60_000, stopTime
     await sleep(50);
   }
 
+  // With --agent-port, the agent's port is printed before the model loads:
+  //   [serve] load-balancer agent on 127.0.0.1:PORT
+  const agent = /\[serve\] load-balancer agent on 127\.0\.0\.1:(\d+)/.exec(stderr);
   return {
     url,
     port,
+    agentPort: agent ? Number(agent[1]) : null,
     child,
     alive: () => exit === null,
     stderr: () => stderr,
