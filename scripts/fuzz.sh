@@ -92,6 +92,11 @@ if [ -d "$seeds/golden_case" ] && [ -d "$golden" ]; then
     sort -n | head -n 3 | while read -r _ f; do cp "$f" "$seeds/golden_case/"; done
 fi
 
+chat_templates=${RKV_SHARED_DIR:-$root/../shared}/golden/chat_templates/templates
+if [ -d "$seeds/jinja" ] && [ -d "$chat_templates" ]; then
+  cp "$chat_templates"/*.jinja "$seeds/jinja/"  # the 45 golden chat templates
+fi
+
 # Per-input cap on the size of what a harness is fed: none by default (libFuzzer picks it from the
 # corpus); eval_answer's expression parser and grader are legitimately super-linear (docs).
 max_len_for() {
