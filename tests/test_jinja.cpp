@@ -317,6 +317,10 @@ TEST(Jinja, ResourceLimits) {
           "{% endfor %}",
           "{}", nullptr, small),
       ErrorKind::LimitExceeded);
+  // A list built by repetition is bounded by the same size (16 bytes an item here).
+  EXPECT_EQ(render_error("{{ ([0] * 100000)|length }}", "{}", nullptr, small),
+            ErrorKind::LimitExceeded);
+  EXPECT_EQ(render("{{ ([0] * 100000)|length }}"), "100000");
   // range() is bounded as in Jinja2's sandbox.
   EXPECT_EQ(render_error("{{ range(1000000)|length }}"), ErrorKind::LimitExceeded);
   // Unbounded macro recursion stops at the call depth.

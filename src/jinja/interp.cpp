@@ -656,7 +656,7 @@ Value Interp::eval_binary(const std::string& op, const Value& a, const Value& b)
     std::string s = to_str(a);
     std::string t = to_str(b);
     check_size(s.size() + t.size());
-    charge((s.size() + t.size()) / 16);
+    charge((s.size() + t.size()) / 4);
     return Value::str(s + t);
   }
   if (a.is_undefined()) raise_undefined(a);
@@ -672,7 +672,7 @@ Value Interp::eval_binary(const std::string& op, const Value& a, const Value& b)
     }
     if (a.is_str() && b.is_str()) {
       check_size(a.as_str().size() + b.as_str().size());
-      charge((a.as_str().size() + b.as_str().size()) / 16);
+      charge((a.as_str().size() + b.as_str().size()) / 4);
       if (a.is_markup() == b.is_markup())
         return a.is_markup() ? Value::markup(a.as_str() + b.as_str())
                              : Value::str(a.as_str() + b.as_str());
@@ -682,8 +682,10 @@ Value Interp::eval_binary(const std::string& op, const Value& a, const Value& b)
     }
     if ((a.is_list() && b.is_list()) || (a.is_tuple() && b.is_tuple())) {
       std::vector<Value> items = a.items();
-      charge(items.size() + b.items().size());
-      check_size(items.size() + b.items().size());
+      // A list item costs about 100 bytes: items count 4 units of work, and one list holds at
+      // most max_output_bytes / 16 of them.
+      charge(4 * (items.size() + b.items().size()));
+      check_size(16 * (items.size() + b.items().size()));
       items.insert(items.end(), b.items().begin(), b.items().end());
       return a.is_list() ? Value::list(std::move(items)) : Value::tuple(std::move(items));
     }
@@ -711,10 +713,12 @@ Value Interp::eval_binary(const std::string& op, const Value& a, const Value& b)
     if (count->is_integral() && (seq->is_str() || seq->is_list() || seq->is_tuple())) {
       const std::int64_t n = std::max<std::int64_t>(0, count->as_int());
       const std::size_t unit = seq->is_str() ? seq->as_str().size() : seq->items().size();
-      if (unit > 0 && static_cast<std::uint64_t>(n) > options_.max_output_bytes / unit)
+      const std::size_t item_bytes = seq->is_str() ? 1 : 16;
+      if (unit > 0 &&
+          static_cast<std::uint64_t>(n) > options_.max_output_bytes / (unit * item_bytes))
         check_size(options_.max_output_bytes + 1);
       const std::size_t total = unit * static_cast<std::size_t>(n);
-      charge(total / (seq->is_str() ? 16 : 1) + 1);
+      charge(seq->is_str() ? total / 4 + 1 : 4 * total + 1);
       if (seq->is_str()) {
         std::string out;
         out.reserve(total);

@@ -30,7 +30,7 @@ struct RenderOptions {
   // Resource bounds. Templates are untrusted: whatever they do, rendering ends within these, with
   // Error(LimitExceeded) when one is reached.
   std::size_t max_output_bytes = 64u << 20;  // the rendered text, and any one string built
-  std::uint64_t max_work = 200'000'000;      // evaluation steps plus bytes and items built
+  std::uint64_t max_work = 50'000'000;  // evaluation steps plus bytes (/4) and items (x4) built
   int max_call_depth = 256;                  // nested macro calls and recursive loops
 };
 
