@@ -257,6 +257,7 @@ json run_step(Cache& cache, const json& query_json, const CompressionParams& p, 
 }  // namespace
 
 json run_case(const json& gc, const CaseOptions& opt) {
+  if (is_triattention_case(gc)) return run_triattention_case(gc);
   const std::string method = gc.at("method").get<std::string>();
   if (method == "redundancy") return redundancy_case(gc);
   const CompressionParams p = params_from_case(gc);

@@ -29,4 +29,13 @@ struct CaseOptions {
 // h2o case, or the redundancy function alone) and returns an object shaped like its `expected`.
 nlohmann::json run_case(const nlohmann::json& golden_case, const CaseOptions& options = {});
 
+// TriAttention's cases (method triattention or triattention_calibration; spec
+// ../shared/spec/TRIATTENTION.md section 9): run_case hands them to run_triattention_case, whose
+// output has the case's own field names: the calibration statistics; for one compression its
+// scores, kept_indices and kept_positions per KV head (per layer too for per_layer_perhead) and
+// the other selection modes on the same inputs; for a stream, its `rounds` and
+// `final_cache_positions`.
+bool is_triattention_case(const nlohmann::json& golden_case);
+nlohmann::json run_triattention_case(const nlohmann::json& golden_case);
+
 }  // namespace rkv::compress

@@ -48,9 +48,13 @@ const RegisterCommand kRegister{
       app.footer(
           "The case file uses the format of ../shared/golden/compression (see its README): "
           "method rkv, snapkv, streamingllm, gkv (single or multi-step, optionally "
-          "prefill-seeded) or redundancy. The output has the shape of the case's `expected` "
-          "object; kept_indices are in ascending order (compare them as sets), topk_indices "
-          "are by descending score.");
+          "prefill-seeded), redundancy, triattention or triattention_calibration. The output "
+          "has the shape of the case's `expected` object; kept_indices are in ascending order "
+          "(compare them as sets), topk_indices are by descending score. A triattention case "
+          "gives kept_indices and kept_positions per KV head (per layer too for "
+          "per_layer_perhead) with the scores and the other selection modes on the same "
+          "inputs, or for a stream its `rounds` and `final_cache_positions`; only the case's "
+          "inputs, params and rope are read.");
       app.add_option("--case", args->case_path, "golden case file (JSON)")
           ->required()
           ->check(CLI::ExistingFile);
