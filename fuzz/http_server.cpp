@@ -10,9 +10,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -62,11 +66,27 @@ struct Served {
 
 int connect_loopback(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  // From 200 loopback addresses in turn: the server closes first, and the TIME_WAIT of a
+  // connection holds its address pair for a minute, so one source address would run out of
+  // ports within a few minutes at this rate.
+  static std::uint32_t next = 0;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  from.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + (next++ % 200));
+  ::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) __builtin_trap();
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int err = errno;
+    std::size_t fds = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd"))
+      ++fds;
+    std::fprintf(stderr, "fuzz: cannot connect to the server: %s (%zu descriptors open)\n",
+                 std::strerror(err), fds);
+    __builtin_trap();
+  }
   return fd;
 }
 
@@ -114,7 +134,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!out.empty() && out.rfind("HTTP/1.1 ", 0) != 0) __builtin_trap();
   if (++runs % 64 == 0) {
     const std::string health = exchange(served->port, "GET /health HTTP/1.1\r\n\r\n");
-    if (health.rfind("HTTP/1.1 200 ", 0) != 0) __builtin_trap();
+    if (health.rfind("HTTP/1.1 200 ", 0) != 0) {
+      std::fprintf(stderr, "fuzz: /health answered %zu bytes: %.300s\n", health.size(),
+                   health.c_str());
+      __builtin_trap();
+    }
   }
   return 0;
 }
