@@ -250,7 +250,7 @@ TEST(TokenizerJson, HandWorkedEncodings) {
   dir.write("tokenizer.json", tiny_tokenizer_json().dump());
   dir.write("tokenizer_config.json",
             R"({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
-                "chat_template": "{{ '<|start_header_id|>' }}"})");
+                "chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}"})");
   const Tokenizer tok = Tokenizer::load(dir.path());
   EXPECT_EQ(tok.vocab_size(), 267);
   EXPECT_EQ(tok.bos_id(), 264);
@@ -272,14 +272,20 @@ TEST(TokenizerJson, HandWorkedEncodings) {
   EXPECT_EQ(tok.token_text(32), " ");
   EXPECT_EQ(tok.token_string(259), "hello");
   EXPECT_EQ(tok.token_id("Ġw"), 263);
-  EXPECT_EQ(tok.chat_template_text(), "{{ '<|start_header_id|>' }}");
-  // The Llama-3 template writes the BOS itself; encoding the prompt must not double it.
-  EXPECT_EQ(detect_chat_template(tok), ChatTemplateKind::kLlama3);
-  const std::vector<int32_t> prompt =
-      tok.encode(render_chat(resolve_chat_template(tok), {{"user", "hi"}}, true));
-  ASSERT_GE(prompt.size(), 2u);
-  EXPECT_EQ(prompt[0], 264);
-  EXPECT_NE(prompt[1], 264);
+  EXPECT_EQ(tok.chat_template_text(),
+            "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}");
+  EXPECT_EQ(tok.bos_token(), std::optional<std::string>("<|begin_of_text|>"));
+  EXPECT_EQ(tok.eos_token(), std::optional<std::string>("<|eot_id|>"));
+  // The template writes the BOS itself: the prompt is encoded without the post-processor's, and
+  // encoding it with add_special would not double it either. The special tokens it prints are
+  // their single ids.
+  const ChatTemplate t = resolve_chat_template(tok);
+  ASSERT_EQ(t.kind, ChatTemplateKind::kJinja);
+  EXPECT_FALSE(t.add_special_tokens());
+  const std::string prompt = render_chat(t, {{"user", "hi"}}, true);
+  EXPECT_EQ(prompt, "<|begin_of_text|>hi<|eot_id|>");
+  EXPECT_EQ(tok.encode(prompt, false), (std::vector<int32_t>{264, 104, 105, 265}));
+  EXPECT_EQ(tok.encode(prompt, true), (std::vector<int32_t>{264, 104, 105, 265}));
 }
 
 TEST(TokenizerJson, StreamingEmojiSplitAcrossByteTokens) {

@@ -1,24 +1,42 @@
-// Chat templates without Jinja: built-in renderers for the supported model families, chosen by
-// looking for each family's markers in the model's chat_template text, or by name.
+// Chat templates. A conversation is rendered with the model's own Jinja chat template
+// (tokenizer_config.json's chat_template, its "default" entry when it is a list of named
+// templates, chat_template.jinja, or a GGUF file's tokenizer.chat_template) or a Jinja template
+// given instead of it (--chat-template-file), by rkv's Jinja interpreter (src/jinja) exactly as
+// transformers' apply_chat_template renders it:
+//
+//   messages               [{"role": ..., "content": ...}, ...]
+//   tools, documents       none
+//   add_generation_prompt  true for a request (the prompt ends with the assistant's opening)
+//   bos_token, eos_token   the tokenizer config's tokens (undefined when it has none)
+//   then every key of the request's template kwargs (e.g. {"enable_thinking": false})
+//
+// The rendered prompt is encoded without the tokenizer's post-processor (add_special = false),
+// as transformers tokenizes a rendered chat: the template prints the BOS itself when the model
+// wants one. Special tokens the template prints ("<|im_start|>") are split out of the text and
+// encoded as their single ids, as in any text.
+//
+// Built-in renderers remain only as named choices (--chat-template NAME), never picked from a
+// model's template text:
 //
 //   deepseek-r1
 //   <｜begin▁of▁sentence｜>{system}<｜User｜>{user}<｜Assistant｜>{answer}<｜end▁of▁sentence｜>
 //                  generation prompt "<｜Assistant｜><think>\n"
 //   chatml         <|im_start|>{role}\n{content}<|im_end|>\n ... generation prompt
-//                  "<|im_start|>assistant\n" (Qwen2.5; its default system message is used when
-//                  the model's template text contains one)
-//   qwen3          ChatML as Qwen3 writes it: no default system, the reasoning of earlier
-//                  assistant turns dropped; generation prompt "<|im_start|>assistant\n"
+//                  "<|im_start|>assistant\n"
+//   qwen3          ChatML as Qwen3 writes it: the reasoning of earlier assistant turns dropped;
+//                  generation prompt "<|im_start|>assistant\n"
 //   qwen3-nothink  qwen3 with "<think>\n\n</think>\n\n" after the generation prompt
 //                  (enable_thinking=false)
 //   llama3 <|begin_of_text|><|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|> raw
 //   the messages' contents joined by "\n", no markup
 //
-// BOS: deepseek-r1 and llama3 write the BOS text themselves. Tokenizer::encode never prepends
-// a second BOS to a text that already starts with it, so a rendered prompt can be encoded with
-// add_special=true (which also gives "raw" prompts the BOS that the model expects).
+// A built-in prompt is encoded with add_special = true (so "raw" gets the BOS the model expects;
+// Tokenizer::encode never doubles a BOS that deepseek-r1 and llama3 write themselves).
 #pragma once
 
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,47 +44,86 @@
 namespace rkv {
 
 class Tokenizer;
+namespace jinja {
+class Template;
+}
 
-enum class ChatTemplateKind { kRaw, kChatml, kQwen3, kQwen3NoThink, kDeepseekR1, kLlama3 };
+// kJinja: a Jinja template (the model's or a file); kNone: no usable template (rendering throws
+// the reason); the others: the built-in renderers.
+enum class ChatTemplateKind {
+  kNone,
+  kJinja,
+  kRaw,
+  kChatml,
+  kQwen3,
+  kQwen3NoThink,
+  kDeepseekR1,
+  kLlama3
+};
 
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  std::string role;  // "system", "user" or "assistant" (a Jinja template may accept others)
   std::string content;
 };
 
-// A family plus the details taken from the model's own template text.
 struct ChatTemplate {
-  ChatTemplateKind kind = ChatTemplateKind::kRaw;
-  // chatml/qwen3: the system turn written when the conversation has no system message.
-  std::string default_system;
-  // The generation prompt opens a reasoning block: "<think>\n" (DeepSeek-R1, QwQ).
-  bool open_think = false;
+  ChatTemplateKind kind = ChatTemplateKind::kNone;
+  // kJinja: the compiled template, and where it came from ("the model's chat template",
+  // "chat template file t.jinja"), which its errors name.
+  std::shared_ptr<const jinja::Template> jinja;
+  std::string origin;
+  // kJinja: the bos_token and eos_token variables; unset ones stay undefined.
+  std::optional<std::string> bos_token, eos_token;
+  // kNone: why there is no template (what rendering throws).
+  std::string error;
+
+  // Whether the prompt is encoded with the tokenizer's post-processor (the built-in families)
+  // or without it (a Jinja template, which prints the BOS itself).
+  bool add_special_tokens() const { return kind != ChatTemplateKind::kJinja; }
 };
 
-// "deepseek-r1", "chatml", "qwen3", "qwen3-nothink", "llama3", "raw".
+// The built-in families' names: "deepseek-r1", "chatml", "qwen3", "qwen3-nothink", "llama3",
+// "raw".
 std::string_view chat_template_name(ChatTemplateKind kind);
-// The accepted names, in the order above.
 const std::vector<std::string>& chat_template_names();
-// An unknown name throws rkv::Error listing the valid ones.
+// A built-in family by name; an unknown name throws rkv::Error listing the valid ones.
 ChatTemplateKind parse_chat_template_name(std::string_view name);
 
-// The family of a Jinja chat template, by its markers; kRaw when the text is empty or
-// recognized as none of them.
-ChatTemplateKind detect_chat_template(std::string_view template_text);
-ChatTemplateKind detect_chat_template(const Tokenizer& tokenizer);
+// A built-in family's template.
+ChatTemplate make_chat_template(ChatTemplateKind kind);
+// Compiles a Jinja template; a syntax error throws rkv::Error naming `origin` and the error.
+ChatTemplate make_jinja_chat_template(std::string_view text, std::string origin,
+                                      std::optional<std::string> bos_token = std::nullopt,
+                                      std::optional<std::string> eos_token = std::nullopt);
 
-// The template for a family, with the details (default system message, "<think>\n" opening)
-// read from the model's template text when given.
-ChatTemplate make_chat_template(ChatTemplateKind kind, std::string_view template_text = {});
-// The template for a tokenizer: `name` picks the family ("" or "auto": detect it from the
-// tokenizer's chat_template); the details come from the tokenizer's template text.
+// The template a model's requests are rendered with:
+//   `name` a built-in family's name: that family (template_text must be unset);
+//   `name` "" or "auto": template_text when given (origin says where from: a file name), else the
+//   tokenizer's own chat template. A model without one (or without a tokenizer), or whose
+//   template does not compile, gives kind kNone: the engine loads, and rendering a chat throws
+//   a message saying what to give instead.
+// bos_token and eos_token come from the tokenizer (Tokenizer::bos_token(), eos_token()).
+// Throws rkv::Error for an unknown name, a family name together with a template text, or a
+// template_text that does not compile.
+ChatTemplate resolve_chat_template(const Tokenizer* tokenizer, std::string_view name = {},
+                                   const std::optional<std::string>& template_text = std::nullopt,
+                                   std::string_view origin = {});
 ChatTemplate resolve_chat_template(const Tokenizer& tokenizer, std::string_view name = {});
 
 // Renders a conversation. add_generation_prompt appends the opening of the assistant's turn.
-// A role other than system/user/assistant throws rkv::Error.
+// `kwargs` (null or a JSON object): more variables, bound last as apply_chat_template's
+// **kwargs ("messages" and "add_generation_prompt" may not be among them); only a Jinja template
+// takes them. Throws rkv::Error: kNone's reason; a Jinja template's failure ("the model's chat
+// template: TemplateError: ...", its raise_exception text included); for a built-in family, a
+// role other than system/user/assistant.
 std::string render_chat(const ChatTemplate& chat_template, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt);
+                        bool add_generation_prompt, const nlohmann::ordered_json& kwargs = nullptr);
 std::string render_chat(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt);
+
+// Whether a rendered prompt leaves a reasoning block open: it ends with "<think>", possibly
+// followed by whitespace ("<think>\n": DeepSeek-R1, QwQ). Generation then starts inside the
+// reasoning (the server's reasoning_content split, the engine's reasoning token count).
+bool prompt_opens_think(std::string_view prompt);
 
 }  // namespace rkv

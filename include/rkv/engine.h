@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -51,7 +52,14 @@ struct EngineOptions {
   int max_batch = 0;                // most sequences running at once (0: as the cap allows)
   int prefill_chunk = 256;          // prompt tokens per step, over all prefilling sequences
   int context_size = 0;             // 0: the model's max_position_embeddings
-  std::string chat_template;        // family for `messages` ("" or "auto": detected)
+  // The template `messages` are rendered with (include/rkv/chat_template.h): "" or "auto", the
+  // model's own Jinja template, or chat_template_text when given; or a built-in's name ("raw",
+  // "chatml", ...).
+  std::string chat_template;
+  // A Jinja chat template instead of the model's (--chat-template-file), and where it came from
+  // (a file name) for its error messages. A syntax error makes the constructor throw.
+  std::optional<std::string> chat_template_text;
+  std::string chat_template_origin;
   // The KV cache dtype of requests that name none (none here: bf16 for a bf16 or f16
   // checkpoint, f32 for an f32 one).
   std::optional<KvDtype> kv_dtype;
@@ -64,6 +72,9 @@ struct Request {
   std::string text;
   std::vector<ChatMessage> messages;
   std::vector<int> prompt_ids;
+  // With messages: more variables for a Jinja chat template (null or a JSON object), bound last
+  // as apply_chat_template's **kwargs, e.g. {"enable_thinking": false}.
+  nlohmann::ordered_json chat_template_kwargs;
 
   int max_new_tokens = 256;
   // false: generation stops when the context is full (the CLI); true: a prompt plus
@@ -86,7 +97,7 @@ struct PreparedRequest {
   std::vector<int> prompt;           // the token ids the model will see
   std::vector<int> eos_ids;          // the model's and the tokenizer's end-of-sequence ids
   int max_new_tokens = 0;            // clipped to the context
-  bool starts_in_reasoning = false;  // the prompt opens a <think> block (DeepSeek-R1 template)
+  bool starts_in_reasoning = false;  // the prompt leaves a <think> block open (DeepSeek-R1, QwQ)
   std::size_t slot_bytes = 0;        // its KV slot (cache at capacity)
   int cache_capacity = 0;            // entries per (layer, KV head)
 };

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,6 +72,12 @@ class Tokenizer {
 
   // The chat_template text from tokenizer_config.json (or chat_template.jinja); empty if none.
   const std::string& chat_template_text() const;
+  // The bos_token and eos_token texts a chat template is given, as transformers gives them:
+  // tokenizer_config.json's bos_token / eos_token (a string or {"content": ...}), nullopt when
+  // the config has none (or null); for a GGUF file, the text of tokenizer.ggml.bos_token_id /
+  // eos_token_id, as llama.cpp gives them.
+  const std::optional<std::string>& bos_token() const;
+  const std::optional<std::string>& eos_token() const;
   // The directory the tokenizer was loaded from.
   const std::filesystem::path& dir() const;
 

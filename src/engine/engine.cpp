@@ -42,15 +42,15 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, ThreadPool& pool,
   batch_ = std::make_unique<BatchEngine>(model_, pool_, b);
   vocab_ = std::make_unique<Vocab>();
   vocab_->eos_ids = model_.config().eos_token_ids;
+  chat_template_ =
+      resolve_chat_template(tokenizer_, options_.chat_template, options_.chat_template_text,
+                            options_.chat_template_origin);
   if (tokenizer_ != nullptr) {
-    chat_template_ = resolve_chat_template(*tokenizer_, options_.chat_template);
     vocab_->compression = compression_vocab(*tokenizer_);
     for (int id : tokenizer_->eos_ids())
       if (std::find(vocab_->eos_ids.begin(), vocab_->eos_ids.end(), id) == vocab_->eos_ids.end())
         vocab_->eos_ids.push_back(id);
     vocab_->think_start_id = tokenizer_->token_id("<think>");
-  } else if (!options_.chat_template.empty() && options_.chat_template != "auto") {
-    chat_template_ = make_chat_template(parse_chat_template_name(options_.chat_template));
   }
   stats_.kv_bytes_cap = options_.kv_memory_bytes;
 }
@@ -88,9 +88,13 @@ PreparedRequest Engine::prepare(Request request) const {
     p.prompt = request.prompt_ids;
   } else {
     std::string text = request.text;
+    bool add_special = true;
     if (!request.messages.empty()) {
-      text = render_chat(chat_template_, request.messages, true);
-      opens_think = chat_template_.open_think;
+      text = render_chat(chat_template_, request.messages, true, request.chat_template_kwargs);
+      opens_think = prompt_opens_think(text);
+      add_special = chat_template_.add_special_tokens();
+    } else if (!request.chat_template_kwargs.is_null()) {
+      throw Error("chat template kwargs need chat messages");
     }
     // A bound that needs no tokenization: a text that cannot fit is refused before encoding it
     // (a 16 MiB prompt would take seconds and hundreds of MiB).
@@ -100,7 +104,7 @@ PreparedRequest Engine::prepare(Request request) const {
                   std::to_string(at_least) + " tokens, which does not fit the context of " +
                   std::to_string(context_size()) +
                   " tokens (raise --ctx-size or shorten the prompt)");
-    const auto ids = tokenizer_->encode(text, true);
+    const auto ids = tokenizer_->encode(text, add_special);
     p.prompt.assign(ids.begin(), ids.end());
     if (p.prompt.empty()) throw Error("the prompt is empty after tokenization");
   }

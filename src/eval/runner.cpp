@@ -84,6 +84,7 @@ json run_settings(const Model& model, const Dataset& dataset, const RunnerOption
       {"dataset", dataset.name},
       {"prompt_template", o.prompt_template},
       {"chat_template", o.chat_template},
+      {"chat_template_text", o.chat_template_text ? json(*o.chat_template_text) : json(nullptr)},
       {"max_new_tokens", max_new},
       {"temperature", o.temperature},
       {"top_p", o.top_p},
@@ -266,6 +267,8 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
   engine_options.kv_dtype = o.kv_dtype;
   engine_options.max_batch = o.max_batch;
   engine_options.chat_template = o.chat_template;
+  engine_options.chat_template_text = o.chat_template_text;
+  engine_options.chat_template_origin = o.chat_template_origin;
 
   auto make_params = [&](const std::string& method, int budget) {
     CompressionParams p = CompressionParams::defaults(parse_method(method));

@@ -41,8 +41,12 @@ struct RunnerOptions {
   float temperature = 0.6f;
   float top_p = 0.95f;
   int top_k = 0;
-  int max_new_tokens = 0;     // 0: the dataset's default length
-  std::string chat_template;  // "" = detect
+  int max_new_tokens = 0;  // 0: the dataset's default length
+  // How the user turn is rendered (EngineOptions' fields of the same names): "" the model's own
+  // chat template, or chat_template_text when given; or a built-in's name.
+  std::string chat_template;
+  std::optional<std::string> chat_template_text;
+  std::string chat_template_origin;
   std::string prompt_template = std::string(kDefaultPromptTemplate);
   std::size_t kv_memory_bytes = 0;
   std::optional<KvDtype> kv_dtype;  // the KV cache's dtype (none: the model's default)

@@ -1,9 +1,11 @@
-// Built-in chat template renderers (DeepSeek-R1, ChatML/Qwen2.5, Qwen3, Llama-3, raw) and the
-// detection of the family from a Jinja template's markers. The output follows each family's
-// official template text exactly for system/user/assistant conversations.
+// Chat templates: a Jinja template (the model's own or a file's) rendered by src/jinja as
+// transformers' apply_chat_template renders it, and the built-in renderers (DeepSeek-R1,
+// ChatML, Qwen3, Llama-3, raw) that remain as named choices. The built-in output follows each
+// family's official template text exactly for system/user/assistant conversations.
 #include "rkv/chat_template.h"
 
 #include "core/error.h"
+#include "jinja/template.h"
 #include "rkv/tokenizer.h"
 
 namespace rkv {
@@ -13,17 +15,6 @@ namespace {
 constexpr std::string_view kImStart = "<|im_start|>";
 constexpr std::string_view kImEnd = "<|im_end|>\n";
 
-bool contains(std::string_view text, std::string_view what) {
-  return text.find(what) != std::string_view::npos;
-}
-
-// Jinja string literals write a newline as "\n"; templates read from files may hold either form.
-bool contains_either(std::string_view text, const std::string& with_newlines) {
-  std::string escaped;
-  for (char c : with_newlines) escaped += c == '\n' ? std::string("\\n") : std::string(1, c);
-  return contains(text, with_newlines) || contains(text, escaped);
-}
-
 std::string_view strip(std::string_view s, std::string_view chars, bool left, bool right) {
   while (left && !s.empty() && chars.find(s.front()) != std::string_view::npos) s.remove_prefix(1);
   while (right && !s.empty() && chars.find(s.back()) != std::string_view::npos) s.remove_suffix(1);
@@ -31,32 +22,6 @@ std::string_view strip(std::string_view s, std::string_view chars, bool left, bo
 }
 
 constexpr std::string_view kWhitespace = " \t\n\r\f\v";
-
-// A system message that the template writes as one literal when the conversation has none,
-// e.g. Qwen2.5's "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.".
-std::string literal_default_system(std::string_view text) {
-  for (std::string_view opening : {"<|im_start|>system\\n", "<|im_start|>system\n"}) {
-    for (std::size_t pos = text.find(opening); pos != std::string_view::npos;
-         pos = text.find(opening, pos + 1)) {
-      const std::size_t begin = pos + opening.size();
-      const std::size_t end = text.find("<|im_end|>", begin);
-      if (end == std::string_view::npos) break;
-      const std::string_view literal = text.substr(begin, end - begin);
-      if (literal.empty() || literal.find_first_of("'\"{}+") != std::string_view::npos) continue;
-      std::string out;
-      for (std::size_t i = 0; i < literal.size(); ++i) {
-        if (literal[i] == '\\' && i + 1 < literal.size() && literal[i + 1] == 'n') {
-          out += '\n';
-          ++i;
-        } else {
-          out += literal[i];
-        }
-      }
-      return out;
-    }
-  }
-  return {};
-}
 
 void check_roles(const std::vector<ChatMessage>& messages) {
   for (const ChatMessage& m : messages) {
@@ -67,15 +32,10 @@ void check_roles(const std::vector<ChatMessage>& messages) {
   }
 }
 
-std::string render_chatml(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
+std::string render_chatml(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
                           bool add_generation_prompt) {
-  const bool qwen3 =
-      t.kind == ChatTemplateKind::kQwen3 || t.kind == ChatTemplateKind::kQwen3NoThink;
+  const bool qwen3 = kind == ChatTemplateKind::kQwen3 || kind == ChatTemplateKind::kQwen3NoThink;
   std::string out;
-  const bool first_is_system = !messages.empty() && messages.front().role == "system";
-  if (!first_is_system && !t.default_system.empty()) {
-    out.append(kImStart).append("system\n").append(t.default_system).append(kImEnd);
-  }
   // Qwen3 keeps the reasoning only in assistant turns after the last user message.
   std::size_t last_query = messages.empty() ? 0 : messages.size() - 1;
   for (std::size_t i = messages.size(); i-- > 0;) {
@@ -111,16 +71,12 @@ std::string render_chatml(const ChatTemplate& t, const std::vector<ChatMessage>&
   }
   if (add_generation_prompt) {
     out.append(kImStart).append("assistant\n");
-    if (t.kind == ChatTemplateKind::kQwen3NoThink) {
-      out.append("<think>\n\n</think>\n\n");
-    } else if (t.open_think) {
-      out.append("<think>\n");
-    }
+    if (kind == ChatTemplateKind::kQwen3NoThink) out.append("<think>\n\n</think>\n\n");
   }
   return out;
 }
 
-std::string render_deepseek_r1(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
+std::string render_deepseek_r1(const std::vector<ChatMessage>& messages,
                                bool add_generation_prompt) {
   std::string system;  // the template keeps the last system message, written after the BOS
   for (const ChatMessage& m : messages) {
@@ -138,10 +94,7 @@ std::string render_deepseek_r1(const ChatTemplate& t, const std::vector<ChatMess
       out.append("<｜Assistant｜>").append(content).append("<｜end▁of▁sentence｜>");
     }
   }
-  if (add_generation_prompt) {
-    out.append("<｜Assistant｜>");
-    if (t.open_think) out.append("<think>\n");
-  }
+  if (add_generation_prompt) out.append("<｜Assistant｜><think>\n");
   return out;
 }
 
@@ -162,6 +115,48 @@ std::string render_raw(const std::vector<ChatMessage>& messages) {
     out += messages[i].content;
   }
   return out;
+}
+
+std::string jinja_failure(const ChatTemplate& t, const jinja::Error& e) {
+  return t.origin + ": " + jinja::error_kind_name(e.kind()) + ": " + e.what();
+}
+
+std::string render_jinja(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
+                         bool add_generation_prompt, const nlohmann::ordered_json& kwargs) {
+  if (!kwargs.is_null() && !kwargs.is_object())
+    throw Error("the chat template kwargs must be a JSON object");
+  // The variables apply_chat_template binds: render(messages=..., tools=..., documents=...,
+  // add_generation_prompt=..., **{**special_tokens_map, **kwargs}).
+  std::vector<std::pair<std::string, jinja::Value>> vars;
+  auto bind = [&](const std::string& name, jinja::Value v) {
+    for (auto& [n, value] : vars) {
+      if (n == name) {
+        value = std::move(v);
+        return;
+      }
+    }
+    vars.emplace_back(name, std::move(v));
+  };
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  try {
+    bind("messages", jinja::from_json(list));
+    bind("tools", jinja::Value::none());
+    bind("documents", jinja::Value::none());
+    bind("add_generation_prompt", jinja::Value::boolean(add_generation_prompt));
+    if (t.bos_token) bind("bos_token", jinja::Value::str(*t.bos_token));
+    if (t.eos_token) bind("eos_token", jinja::Value::str(*t.eos_token));
+    if (kwargs.is_object()) {
+      for (const auto& [key, value] : kwargs.items()) {
+        if (key == "messages" || key == "add_generation_prompt")
+          throw Error("the chat template kwargs may not set \"" + key + "\"");
+        bind(key, jinja::from_json(value));
+      }
+    }
+    return t.jinja->render(vars);
+  } catch (const jinja::Error& e) {
+    throw Error(jinja_failure(t, e));
+  }
 }
 
 }  // namespace
@@ -186,8 +181,12 @@ std::string_view chat_template_name(ChatTemplateKind kind) {
       return "llama3";
     case ChatTemplateKind::kRaw:
       return "raw";
+    case ChatTemplateKind::kJinja:
+      return "jinja";
+    case ChatTemplateKind::kNone:
+      return "none";
   }
-  return "raw";
+  return "none";
 }
 
 ChatTemplateKind parse_chat_template_name(std::string_view name) {
@@ -198,75 +197,117 @@ ChatTemplateKind parse_chat_template_name(std::string_view name) {
   }
   std::string valid;
   for (const std::string& n : chat_template_names()) valid += (valid.empty() ? "" : ", ") + n;
-  throw Error("unknown chat template \"" + std::string(name) + "\" (valid: " + valid + ")");
+  throw Error("unknown chat template \"" + std::string(name) +
+              "\" (valid: auto, the model's own, or a built-in: " + valid + ")");
 }
 
-ChatTemplateKind detect_chat_template(std::string_view text) {
-  if (contains(text, "<｜Assistant｜>") || contains(text, "<｜User｜>")) {
-    return ChatTemplateKind::kDeepseekR1;
-  }
-  if (contains(text, "<|start_header_id|>")) return ChatTemplateKind::kLlama3;
-  if (contains(text, "<|im_start|>")) {
-    if (contains(text, "enable_thinking") || contains(text, "<think>")) {
-      return ChatTemplateKind::kQwen3;
-    }
-    return ChatTemplateKind::kChatml;
-  }
-  return ChatTemplateKind::kRaw;
-}
-
-ChatTemplateKind detect_chat_template(const Tokenizer& tokenizer) {
-  return detect_chat_template(tokenizer.chat_template_text());
-}
-
-ChatTemplate make_chat_template(ChatTemplateKind kind, std::string_view text) {
+ChatTemplate make_chat_template(ChatTemplateKind kind) {
+  if (kind == ChatTemplateKind::kJinja || kind == ChatTemplateKind::kNone)
+    throw Error("make_chat_template: not a built-in chat template");
   ChatTemplate t;
   t.kind = kind;
-  switch (kind) {
-    case ChatTemplateKind::kDeepseekR1:
-      t.open_think = true;
-      break;
-    case ChatTemplateKind::kChatml:
-    case ChatTemplateKind::kQwen3:
-    case ChatTemplateKind::kQwen3NoThink:
-      t.default_system = literal_default_system(text);
-      // QwQ opens the reasoning block in its generation prompt.
-      t.open_think = contains_either(text, "<|im_start|>assistant\n<think>\n");
-      break;
-    default:
-      break;
-  }
+  t.origin = "the built-in chat template " + std::string(chat_template_name(kind));
   return t;
 }
 
+ChatTemplate make_jinja_chat_template(std::string_view text, std::string origin,
+                                      std::optional<std::string> bos_token,
+                                      std::optional<std::string> eos_token) {
+  ChatTemplate t;
+  t.kind = ChatTemplateKind::kJinja;
+  t.origin = std::move(origin);
+  try {
+    t.jinja = std::make_shared<const jinja::Template>(jinja::Template::compile(text));
+  } catch (const jinja::Error& e) {
+    throw Error(jinja_failure(t, e));
+  }
+  t.bos_token = std::move(bos_token);
+  t.eos_token = std::move(eos_token);
+  return t;
+}
+
+ChatTemplate resolve_chat_template(const Tokenizer* tokenizer, std::string_view name,
+                                   const std::optional<std::string>& template_text,
+                                   std::string_view origin) {
+  std::optional<std::string> bos, eos;
+  if (tokenizer != nullptr) {
+    bos = tokenizer->bos_token();
+    eos = tokenizer->eos_token();
+  }
+  if (!name.empty() && name != "auto") {
+    const ChatTemplateKind kind = parse_chat_template_name(name);
+    if (template_text)
+      throw Error("both a chat template file and the built-in chat template \"" +
+                  std::string(name) + "\" were given: give one");
+    return make_chat_template(kind);
+  }
+  if (template_text) {
+    return make_jinja_chat_template(
+        *template_text, origin.empty() ? "the given chat template" : std::string(origin), bos, eos);
+  }
+  const std::string hint =
+      ": give a Jinja template with --chat-template-file FILE, or name a built-in one: "
+      "--chat-template raw joins the messages' contents without markup (the others: "
+      "deepseek-r1, chatml, qwen3, qwen3-nothink, llama3)";
+  ChatTemplate none;
+  if (tokenizer == nullptr) {
+    none.error = "chat messages need a chat template, and there is no tokenizer";
+    return none;
+  }
+  const std::string& text = tokenizer->chat_template_text();
+  if (text.empty()) {
+    none.error =
+        "the model has no chat template (no chat_template in tokenizer_config.json, no "
+        "chat_template.jinja, no tokenizer.chat_template in a GGUF file)" +
+        hint;
+    return none;
+  }
+  try {
+    return make_jinja_chat_template(text, "the model's chat template", bos, eos);
+  } catch (const Error& e) {
+    none.error = std::string(e.what()) + hint;
+    return none;
+  }
+}
+
 ChatTemplate resolve_chat_template(const Tokenizer& tokenizer, std::string_view name) {
-  const std::string& text = tokenizer.chat_template_text();
-  const ChatTemplateKind kind =
-      name.empty() || name == "auto" ? detect_chat_template(text) : parse_chat_template_name(name);
-  return make_chat_template(kind, text);
+  return resolve_chat_template(&tokenizer, name);
 }
 
 std::string render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt) {
+                        bool add_generation_prompt, const nlohmann::ordered_json& kwargs) {
+  switch (t.kind) {
+    case ChatTemplateKind::kNone:
+      throw Error(t.error.empty() ? std::string("there is no chat template") : t.error);
+    case ChatTemplateKind::kJinja:
+      return render_jinja(t, messages, add_generation_prompt, kwargs);
+    default:
+      break;
+  }
+  if (!kwargs.is_null() && !kwargs.empty())
+    throw Error("chat template kwargs need a Jinja chat template; " + t.origin + " takes none");
   check_roles(messages);
   switch (t.kind) {
     case ChatTemplateKind::kDeepseekR1:
-      return render_deepseek_r1(t, messages, add_generation_prompt);
+      return render_deepseek_r1(messages, add_generation_prompt);
     case ChatTemplateKind::kChatml:
     case ChatTemplateKind::kQwen3:
     case ChatTemplateKind::kQwen3NoThink:
-      return render_chatml(t, messages, add_generation_prompt);
+      return render_chatml(t.kind, messages, add_generation_prompt);
     case ChatTemplateKind::kLlama3:
       return render_llama3(messages, add_generation_prompt);
-    case ChatTemplateKind::kRaw:
+    default:
       return render_raw(messages);
   }
-  return render_raw(messages);
 }
 
 std::string render_chat(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt) {
   return render_chat(make_chat_template(kind), messages, add_generation_prompt);
+}
+
+bool prompt_opens_think(std::string_view prompt) {
+  return strip(prompt, kWhitespace, false, true).ends_with("<think>");
 }
 
 }  // namespace rkv

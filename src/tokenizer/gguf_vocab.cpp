@@ -151,6 +151,13 @@ void load_gguf_vocab(Tokenizer::Impl& impl, const std::filesystem::path& path) {
   if (g.get_bool("tokenizer.ggml.add_eos_token").value_or(false) && eos >= 0)
     impl.suffix_ids.push_back(eos);
   if (const auto tmpl = g.get_string("tokenizer.chat_template")) impl.chat_template = *tmpl;
+  // A chat template's bos_token and eos_token: the tokens' texts, as llama.cpp binds them.
+  auto text_of = [&](int32_t id) -> std::optional<std::string> {
+    if (id < 0 || static_cast<std::size_t>(id) >= impl.id_to_token.size()) return std::nullopt;
+    return impl.id_to_token[static_cast<std::size_t>(id)];
+  };
+  impl.bos_token = text_of(impl.bos);
+  impl.eos_token = text_of(eos);
 }
 
 }  // namespace rkv::tokenizer

@@ -53,10 +53,14 @@ void load_config(Tokenizer::Impl& impl, const std::filesystem::path& dir) {
     const nlohmann::json config = read_json_file(config_path);
     if (!config.is_object()) throw Error(config_path.string() + ": expected a JSON object");
     if (config.contains("bos_token")) {
-      bos = resolve(impl, token_content(config["bos_token"]), config_path, "bos_token");
+      const std::string text = token_content(config["bos_token"]);
+      bos = resolve(impl, text, config_path, "bos_token");
+      if (!text.empty()) impl.bos_token = text;
     }
     if (config.contains("eos_token")) {
-      eos = resolve(impl, token_content(config["eos_token"]), config_path, "eos_token");
+      const std::string text = token_content(config["eos_token"]);
+      eos = resolve(impl, text, config_path, "eos_token");
+      if (!text.empty()) impl.eos_token = text;
     }
     if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) {
       add_bos = config["add_bos_token"].get<bool>();

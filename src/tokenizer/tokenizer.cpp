@@ -221,6 +221,14 @@ bool Tokenizer::is_added(int32_t id) const {
 const std::string& Tokenizer::chat_template_text() const {
   return impl_->chat_template;
 }
+
+const std::optional<std::string>& Tokenizer::bos_token() const {
+  return impl_->bos_token;
+}
+
+const std::optional<std::string>& Tokenizer::eos_token() const {
+  return impl_->eos_token;
+}
 const std::filesystem::path& Tokenizer::dir() const {
   return impl_->dir;
 }

@@ -46,6 +46,7 @@ struct Tokenizer::Impl {
   int32_t bos = -1;
   std::vector<int32_t> eos;
   std::string chat_template;
+  std::optional<std::string> bos_token, eos_token;  // texts for chat templates
 
   mutable tokenizer::WordCache cache;
 

@@ -94,7 +94,7 @@ describe('chat completions', () => {
     assert.ok(chunks.every((c) => !c.usage));
   });
 
-  test('the raw chat template: one user message is the same prompt as /v1/completions', async () => {
+  test('the model\'s own chat template (the program text itself): one user message is the same prompt as /v1/completions', async () => {
     assert.ok(reference, 'needs the non-streaming test');
     const completion = await complete();
     assert.equal(completion.choices[0].text, reference.choices[0].message.content);

@@ -4,6 +4,7 @@
 #include "command.h"
 #include "common.h"
 #include "core/error.h"
+#include "core/record_log.h"
 #include "engine/batch_engine.h"
 #include "eval/runner.h"
 #include "kv_options.h"
@@ -28,7 +29,7 @@ struct Args {
   float top_p = 0.95f;
   int top_k = 0;
   int max_new = 0;
-  std::string chat_template, prompt_template, kv_memory, out;
+  std::string chat_template, chat_template_file, prompt_template, kv_memory, out;
   int max_batch = 0;
   int threads = 1;
   std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
@@ -59,6 +60,11 @@ void run(const Args& a) {
   o.top_k = a.top_k;
   o.max_new_tokens = a.max_new;
   o.chat_template = a.chat_template;
+  if (!a.chat_template_file.empty()) {
+    o.chat_template_text =
+        read_file(a.chat_template_file, "the file given with --chat-template-file");
+    o.chat_template_origin = "the chat template " + a.chat_template_file;
+  }
   if (!a.prompt_template.empty())
     o.prompt_template = eval::load_prompt_template(a.prompt_template);
   else if (!dataset.prompt_template.empty())
@@ -123,8 +129,7 @@ void setup(CLI::App& app) {
       app, "-n,--max-new-tokens", a->max_new,
       "Maximum generated tokens (0: the dataset's default: MATH-500 8192, AIME 16384, GSM8K "
       "8192, chains and redundant 1024)");
-  add_flag_option(app, "--chat-template", a->chat_template,
-                  "Chat template name (default: detected)");
+  add_chat_template_options(app, a->chat_template, a->chat_template_file);
   add_flag_option(app, "--prompt-template", a->prompt_template,
                   "File with the prompt text, {question} marks the problem (default: the preset's, "
                   "else the R-KV evaluation prompt)");

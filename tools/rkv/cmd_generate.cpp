@@ -92,7 +92,7 @@ void run(const Args& a) {
   EngineOptions engine_options;
   engine_options.context_size = g.ctx_size;
   engine_options.prefill_chunk = 512;
-  engine_options.chat_template = g.chat_template;
+  apply_chat_template_options(engine_options, g.chat_template, g.chat_template_file);
   engine_options.kv_dtype = g.kv->kv_dtype();
   Engine engine(*model, tokenizer.get(), pool, engine_options);
   const std::uint64_t seed = request.sampling.seed;

@@ -75,7 +75,7 @@ void run(const Args& a) {
   engine_options.max_batch = a.parallel;
   engine_options.prefill_chunk = a.prefill_chunk;
   engine_options.context_size = g.ctx_size;
-  engine_options.chat_template = g.chat_template;
+  apply_chat_template_options(engine_options, g.chat_template, g.chat_template_file);
   engine_options.kv_dtype = g.kv->kv_dtype();
 
   // SIGINT/SIGTERM stop the server through one thread that waits for them; every other thread

@@ -40,7 +40,7 @@ struct Args {
   float top_p = 0.95f;
   long long seed = 0;
   std::string kv_dtype;
-  std::string chat_template;
+  std::string chat_template, chat_template_file;
   std::string suffix = "\nPlease reason step by step, and put your final answer within \\boxed{}.";
   int threads = 1;
 };
@@ -102,7 +102,7 @@ void run(const Args& a) {
 
   ThreadPool pool(a.threads);
   EngineOptions engine_options;
-  engine_options.chat_template = a.chat_template;
+  apply_chat_template_options(engine_options, a.chat_template, a.chat_template_file);
   if (!a.kv_dtype.empty()) engine_options.kv_dtype = parse_kv_dtype(a.kv_dtype);
   Engine engine(*model, &tokenizer, pool, engine_options);
   SteeringCalibration calibration(*model, layer, model_fingerprint(model->dir(), c),
@@ -179,8 +179,7 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--top-p", a->top_p, "Nucleus sampling mass");
   add_flag_option(app, "-s,--seed", a->seed, "Random seed of the first prompt (then +1 per prompt)")
       ->check(at_least(0));
-  add_flag_option(app, "--chat-template", a->chat_template,
-                  "Override the chat template (default: detected from the tokenizer)");
+  add_chat_template_options(app, a->chat_template, a->chat_template_file);
   add_flag_option(app, "--prompt-suffix", a->suffix, "Text appended to every prompt");
   add_kv_dtype_option(app, a->kv_dtype);
   add_threads_option(app, a->threads);

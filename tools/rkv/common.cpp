@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/record_log.h"
 #include "core/thread_pool.h"
 #include "rkv/device.h"
 
@@ -145,6 +146,28 @@ std::string format_bytes(double bytes) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
   return buf;
+}
+
+void add_chat_template_options(CLI::App& app, std::string& name, std::string& file) {
+  CLI::Option* named = add_flag_option(
+      app, "--chat-template", name,
+      "Render chat with a built-in template instead of the model's own: raw (the messages' "
+      "contents joined by newlines), chatml, qwen3, qwen3-nothink, deepseek-r1 or llama3 "
+      "(default: the model's Jinja chat template)");
+  CLI::Option* from_file =
+      add_flag_option(app, "--chat-template-file", file,
+                      "Render chat with this Jinja chat template instead of the model's own");
+  from_file->type_name("FILE");
+  named->excludes(from_file);
+}
+
+void apply_chat_template_options(EngineOptions& options, const std::string& name,
+                                 const std::string& file) {
+  options.chat_template = name;
+  if (!file.empty()) {
+    options.chat_template_text = read_file(file, "the file given with --chat-template-file");
+    options.chat_template_origin = "the chat template " + file;
+  }
 }
 
 }  // namespace rkv::cli

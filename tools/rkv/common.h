@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "rkv/engine.h"
 
 namespace rkv::cli {
 
@@ -56,6 +57,13 @@ void add_device_option(CLI::App& app, std::string& device);
 std::unique_ptr<Model> load_model(const std::string& path, const std::string& matmul_precision,
                                   const std::string& attention_precision,
                                   const std::string& device);
+
+// --chat-template NAME and --chat-template-file FILE (exclusive): how chat messages are rendered.
+// Neither: the model's own Jinja template (include/rkv/chat_template.h).
+void add_chat_template_options(CLI::App& app, std::string& name, std::string& file);
+// Puts them into an engine's options, reading the file (rkv::Error when it cannot be read).
+void apply_chat_template_options(EngineOptions& options, const std::string& name,
+                                 const std::string& file);
 
 // Human-readable byte count: "12.5 MiB".
 std::string format_bytes(double bytes);

@@ -19,10 +19,7 @@ SamplingParams GenerateFlags::sampling() const {
 void add_generate_options(CLI::App& app, const std::shared_ptr<GenerateFlags>& flags,
                           const std::string& n_predict_help) {
   GenerateFlags& f = *flags;
-  add_flag_option(
-      app, "--chat-template", f.chat_template,
-      "Override the chat template: deepseek-r1, chatml, qwen3, qwen3-nothink, llama3 or raw "
-      "(default: detected from tokenizer_config.json)");
+  add_chat_template_options(app, f.chat_template, f.chat_template_file);
   add_flag_option(app, "-n,--predict,--max-new-tokens", f.n_predict, n_predict_help)
       ->check(at_least(0));
   add_flag_option(app, "--temp,--temperature", f.temperature, "Sampling temperature; 0 is greedy");

@@ -25,6 +25,7 @@ struct GenerateFlags {
   bool ignore_eos = false;
   int ctx_size = 0;
   std::string chat_template;
+  std::string chat_template_file;
   std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
   std::shared_ptr<SteeringArgs> steering = std::make_shared<SteeringArgs>();
 

@@ -13,7 +13,8 @@ tests compare the two on the held-out set.
 first unit, mark, last unit); train.py builds those tokens' embeddings from shared per-part
 vectors, so what it learns about `e` in one token carries to every token with an `e` in it.
 
-`python3 tokenizer.py --out DIR` writes DIR/tokenizer.json and DIR/tokenizer_config.json.
+`python3 tokenizer.py --out DIR` writes DIR/tokenizer.json and DIR/tokenizer_config.json (with
+CHAT_TEMPLATE, the chat template: the messages' contents joined by newlines).
 """
 import argparse
 import json
@@ -25,6 +26,20 @@ from task import ANSWER_NAME, NAMES, OPS
 # Words merged into single tokens, in merge-priority order.
 KEYWORDS = ["verify", "ok", ANSWER_NAME, "answer", "Final", "boxed"]
 EOS = "<|endoftext|>"
+# The chat template (tokenizer_config.json's chat_template, rendered by rkv as transformers would):
+# the prompt the model was trained on is the program text itself, without markup, so a chat
+# renders the messages' contents joined by newlines and adds no generation prompt.
+CHAT_TEMPLATE = (
+    "{#- rkv-tiny: the prompt is the program text itself (tools/tiny/task.py); turns are joined by "
+    "newlines, without markup or a generation prompt -#}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] not in ['system', 'user', 'assistant'] %}"
+    "{{- raise_exception('chat message role \"' + message['role'] + "
+    "'\" is not supported (use system, user or assistant)') }}"
+    "{%- endif %}"
+    "{%- if not loop.first %}{{- '\\n' }}{%- endif %}"
+    "{{- message['content'] }}"
+    "{%- endfor %}")
 DIGITS = "0123456789"
 VARIABLES = list(NAMES) + [ANSWER_NAME]
 UNITS = VARIABLES + list(DIGITS)  # what the parts of a factored token are
@@ -161,7 +176,7 @@ def write(out_dir: str) -> None:
         json.dump(tokenizer_json(), f, ensure_ascii=False, indent=1)
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS, "bos_token": None,
               "pad_token": EOS, "model_max_length": 2048, "add_bos_token": False,
-              "clean_up_tokenization_spaces": False}
+              "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE}
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=1)
 
