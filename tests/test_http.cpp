@@ -385,6 +385,15 @@ TEST(HttpServer, AHandlerThatThrowsGets500AndTheServerGoesOn) {
   EXPECT_EQ(count(cut, "HTTP/1.1 "), 1) << cut;
 }
 
+TEST(HttpServer, AnHttp10ClientGetsAStreamWithoutChunks) {
+  Served s({}, echo);
+  const std::string out = exchange(s.port(), "GET /stream HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(status_of(out), 200) << out;
+  EXPECT_EQ(out.find("Transfer-Encoding"), std::string::npos) << out;
+  EXPECT_NE(out.find("Connection: close"), std::string::npos) << out;
+  EXPECT_EQ(out.substr(out.find("\r\n\r\n") + 4), "one two three");
+}
+
 TEST(HttpServer, ContinueIsSentBeforeTheBody) {
   Served s({}, echo);
   const int fd = connect_to(s.port());

@@ -824,10 +824,16 @@ struct HttpServer::Impl {
 
   class SocketSink : public Sink {
    public:
-    explicit SocketSink(int fd) : fd_(fd) {}
+    // chunked: each write is a chunk; else (an HTTP/1.0 client) the bytes as they are, the end
+    // of the body being the end of the connection.
+    SocketSink(int fd, bool chunked) : fd_(fd), chunked_(chunked) {}
     bool write(std::string_view data) override {
       if (!alive_) return false;
       if (data.empty()) return true;  // an empty chunk would end the body
+      if (!chunked_) {
+        alive_ = send_all(fd_, data);
+        return alive_;
+      }
       char size[24];
       const int len = std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
       std::string chunk;
@@ -843,6 +849,7 @@ struct HttpServer::Impl {
 
    private:
     int fd_;
+    bool chunked_;
     bool alive_ = true;
   };
 
@@ -864,15 +871,17 @@ struct HttpServer::Impl {
       if (req.method != "HEAD") head += res.body;
       return send_all(fd, head) && keep;
     }
-    head += "Transfer-Encoding: chunked\r\n\r\n";
+    // HTTP/1.0 has no chunked encoding: the body ends with the connection (keep is false).
+    const bool chunked = req.version != "HTTP/1.0";
+    head += chunked ? "Transfer-Encoding: chunked\r\n\r\n" : "\r\n";
     if (!send_all(fd, head)) return false;
-    SocketSink sink(fd);
+    SocketSink sink(fd, chunked);
     try {
       res.stream(sink);
     } catch (...) {
       sink.dead();  // the body is cut: the client sees the stream end without its last chunk
     }
-    return sink.alive() && send_all(fd, "0\r\n\r\n") && keep;
+    return chunked && sink.alive() && send_all(fd, "0\r\n\r\n") && keep;
   }
 
   void serve_job(Job& job) {
