@@ -22,6 +22,7 @@
 #include "model/model.h"
 #include "model/random_checkpoint.h"
 #include "model/safetensors.h"
+#include "rkv/chat_template.h"
 #include "rkv/tokenizer.h"
 #include "test_util.h"
 
@@ -624,6 +625,15 @@ TEST(GgufTokenizer, MakeModelGgufVocabularyEqualsItsTokenizerJson) {
     EXPECT_EQ(gguf_tok.adds_bos(), json_tok.adds_bos());
     EXPECT_EQ(gguf_tok.eos_ids(), json_tok.eos_ids());
     EXPECT_EQ(gguf_tok.chat_template_text(), json_tok.chat_template_text());
+    // A chat template's bos_token and eos_token: the config's texts, the GGUF ids' tokens.
+    EXPECT_EQ(gguf_tok.bos_token(), json_tok.bos_token());
+    EXPECT_EQ(gguf_tok.eos_token(), json_tok.eos_token());
+    ASSERT_TRUE(json_tok.eos_token().has_value());
+    const std::vector<ChatMessage> chat = {{"system", "S"}, {"user", "Hi"}};
+    const ChatTemplate gguf_chat = resolve_chat_template(gguf_tok);
+    ASSERT_EQ(gguf_chat.kind, ChatTemplateKind::kJinja) << gguf_chat.error;
+    EXPECT_EQ(render_chat(gguf_chat, chat, true),
+              render_chat(resolve_chat_template(json_tok), chat, true));
     for (int32_t id = 0; id < json_tok.vocab_size(); ++id) {
       ASSERT_EQ(gguf_tok.token_string(id), json_tok.token_string(id)) << id;
       ASSERT_EQ(gguf_tok.is_special(id), json_tok.is_special(id)) << id;
