@@ -608,8 +608,10 @@ struct HttpServer::Impl {
     conns.erase(it);
   }
 
-  // Answers, half-closes and reads what is left for a moment, so the client sees the answer
-  // instead of a reset from unread bytes.
+  // Answers, half-closes and reads what is left for a while (a lingering close), so the client
+  // sees the answer instead of a reset from unread bytes: a reset makes the client's kernel
+  // throw away an answer its program has not read yet. The linger ends when the client closes,
+  // after 2 s, or after 256 MiB discarded, whichever comes first.
   void refuse(Conn& c, int status, const std::string& message) {
     send_now(c.fd, short_response(status, message));
     ::shutdown(c.fd, SHUT_WR);
@@ -617,7 +619,7 @@ struct HttpServer::Impl {
     c.in.clear();
     c.in.shrink_to_fit();
     c.pos = 0;
-    c.deadline = Clock::now() + std::chrono::seconds(1);
+    c.deadline = Clock::now() + std::chrono::seconds(2);
     --open;
     ++draining;
   }
@@ -712,7 +714,7 @@ struct HttpServer::Impl {
       if (n > 0) {
         if (c.draining) {
           c.drained += static_cast<std::size_t>(n);
-          if (c.drained > (4u << 20)) return close_conn(fd);
+          if (c.drained > (256u << 20)) return close_conn(fd);
         } else {
           c.in.append(buf, static_cast<std::size_t>(n));
         }

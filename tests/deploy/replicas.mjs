@@ -125,7 +125,10 @@ test('replicas behind HAProxy and Prometheus', { timeout: 300_000 }, async () =>
   assert.equal(yaml.stdout.trim(), 'Deployment,InferencePool,HTTPRoute');
 
   replicas = await Promise.all(
-    CAPS_MIB.map((cap) => startServer({ args: ['--agent-port', '0', '--kv-memory', `${cap}MiB`, '--alias', 'tiny', '--drain-timeout', '120'] })),
+    // A sanitizer build drains slowly: up to 150 s before the test gives up on a clean exit.
+    CAPS_MIB.map((cap) =>
+      startServer({ args: ['--agent-port', '0', '--kv-memory', `${cap}MiB`, '--alias', 'tiny', '--drain-timeout', '120'], stopTimeoutMs: 150_000 }),
+    ),
   );
   for (const r of replicas) assert.ok(r.agentPort > 0, r.stderr());
 
