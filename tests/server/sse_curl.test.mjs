@@ -141,8 +141,10 @@ test('a stream waiting for a slot gets `: keep-alive` comments, framed as events
   // With --parallel 1, two long generations (~1 s each here) hold the only slot in turn; the
   // stream queued behind them waits well over the server's 0.5 s probe interval, and the server
   // probes its client with comment lines meanwhile.
+  // Under a sanitizer (RKV_SANITIZED) a third as long: still far past 0.5 s at its speed.
+  const maxTokens = process.env.RKV_SANITIZED ? 600 : 2000;
   const long = (i) =>
-    postJson(`${server.url}/v1/completions`, { prompt: `${i}:a\n`, temperature: 0, max_tokens: 2000, ignore_eos: true });
+    postJson(`${server.url}/v1/completions`, { prompt: `${i}:a\n`, temperature: 0, max_tokens: maxTokens, ignore_eos: true });
   const ahead = [long(1), long(2)];
   // Both are in: one running, one waiting.
   for (let i = 0; ; i++) {
