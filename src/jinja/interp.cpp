@@ -1045,6 +1045,16 @@ Value from_json_at(const nlohmann::ordered_json& j, int depth) {
 }
 }  // namespace
 
+void bind(Variables& variables, const std::string& name, Value value) {
+  for (auto& [n, v] : variables) {
+    if (n == name) {
+      v = std::move(value);
+      return;
+    }
+  }
+  variables.emplace_back(name, std::move(value));
+}
+
 Value from_json(const nlohmann::ordered_json& json) {
   return from_json_at(json, 0);
 }

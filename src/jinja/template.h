@@ -31,11 +31,16 @@ struct RenderOptions {
   // Error(LimitExceeded) when one is reached.
   std::size_t max_output_bytes = 64u << 20;  // the rendered text, and any one string built
   std::uint64_t max_work = 50'000'000;  // evaluation steps plus bytes (/4) and items (x4) built
-  int max_call_depth = 256;                  // nested macro calls and recursive loops
+  int max_call_depth = 256;             // nested macro calls and recursive loops
 };
 
 // A JSON value as a template variable: objects keep their key order, null is none.
 Value from_json(const nlohmann::ordered_json& json);
+
+// Template variables in binding order; binding a name again replaces its value in place (as
+// Python's **{**a, **b} does for apply_chat_template's keyword arguments).
+using Variables = std::vector<std::pair<std::string, Value>>;
+void bind(Variables& variables, const std::string& name, Value value);
 
 class Template {
  public:

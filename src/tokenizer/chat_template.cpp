@@ -127,15 +127,9 @@ std::string render_jinja(const ChatTemplate& t, const std::vector<ChatMessage>& 
     throw Error("the chat template kwargs must be a JSON object");
   // The variables apply_chat_template binds: render(messages=..., tools=..., documents=...,
   // add_generation_prompt=..., **{**special_tokens_map, **kwargs}).
-  std::vector<std::pair<std::string, jinja::Value>> vars;
+  jinja::Variables vars;
   auto bind = [&](const std::string& name, jinja::Value v) {
-    for (auto& [n, value] : vars) {
-      if (n == name) {
-        value = std::move(v);
-        return;
-      }
-    }
-    vars.emplace_back(name, std::move(v));
+    jinja::bind(vars, name, std::move(v));
   };
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});

@@ -85,15 +85,9 @@ void run_chat_template(const ChatTemplateOptions& o) {
   const std::string source = o.template_file.empty()
                                  ? model_template(o.model)
                                  : read_file(o.template_file, "the file given with --template");
-  std::vector<std::pair<std::string, jinja::Value>> vars;
+  jinja::Variables vars;
   auto bind = [&](const std::string& name, jinja::Value v) {
-    for (auto& [n, value] : vars) {
-      if (n == name) {
-        value = std::move(v);
-        return;
-      }
-    }
-    vars.emplace_back(name, std::move(v));
+    jinja::bind(vars, name, std::move(v));
   };
   bind("messages", jinja::from_json(read_json_array(o.messages, "--messages")));
   bind("tools", o.tools.empty() ? jinja::Value::none()
