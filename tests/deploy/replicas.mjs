@@ -12,7 +12,7 @@
 // Needs haproxy, prometheus and promtool (scripts/setup.sh installs them).
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -120,7 +120,10 @@ async function complete(url, body, stats) {
 
 test('replicas behind HAProxy and Prometheus', { timeout: 300_000 }, async () => {
   // The Kubernetes example is documentation; it must at least parse, with the kinds DEPLOY.md names.
-  const yaml = spawnSync('python3', ['-c', 'import sys, yaml; print(",".join(d["kind"] for d in yaml.safe_load_all(open(sys.argv[1]))))', join(repoRoot, 'deploy/kubernetes/rkv.yaml')], { encoding: 'utf8' });
+  // Debian's python3, where scripts/setup.sh installs python3-yaml (another python3 may come
+  // first on PATH).
+  const python = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
+  const yaml = spawnSync(python, ['-c', 'import sys, yaml; print(",".join(d["kind"] for d in yaml.safe_load_all(open(sys.argv[1]))))', join(repoRoot, 'deploy/kubernetes/rkv.yaml')], { encoding: 'utf8' });
   assert.equal(yaml.status, 0, yaml.stderr);
   assert.equal(yaml.stdout.trim(), 'Deployment,InferencePool,HTTPRoute');
 
