@@ -105,6 +105,33 @@ TEST(OpenAiRequest, ParsesChatBodies) {
   EXPECT_FLOAT_EQ(p.request.compression.lambda, 0.2f);
 }
 
+TEST(OpenAiRequest, ChatTemplateKwargsReachTheRequest) {
+  const ParsedRequest p = parse(R"({"messages": [{"role": "user", "content": "Hi"}],
+      "chat_template_kwargs": {"enable_thinking": false, "reasoning_effort": "low"}})");
+  ASSERT_TRUE(p.request.chat_template_kwargs.is_object());
+  EXPECT_EQ(p.request.chat_template_kwargs["enable_thinking"], false);
+  EXPECT_EQ(p.request.chat_template_kwargs["reasoning_effort"], "low");
+  EXPECT_TRUE(parse(R"({"messages": [{"role": "user", "content": "Hi"}]})")
+                  .request.chat_template_kwargs.is_null());
+  for (const char* bad :
+       {R"({"messages": [{"role": "user", "content": "Hi"}], "chat_template_kwargs": 1})",
+        R"({"messages": [{"role": "user", "content": "Hi"}], "chat_template_kwargs": ["x"]})"}) {
+    try {
+      parse(bad);
+      ADD_FAILURE() << bad;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_EQ(e.param, "chat_template_kwargs");
+    }
+  }
+  try {
+    (void)parse_completion_request(R"({"prompt": "x", "chat_template_kwargs": {}})", false, {}, 1);
+    ADD_FAILURE() << "completions took chat_template_kwargs";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param, "chat_template_kwargs");
+  }
+}
+
 TEST(OpenAiRequest, DefaultsFillWhatTheBodyLeavesOut) {
   const ParsedRequest p = parse(R"({"prompt": [1, 2, 3]})", false);
   EXPECT_EQ(p.request.prompt_ids, (std::vector<int>{1, 2, 3}));

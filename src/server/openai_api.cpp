@@ -371,6 +371,16 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
           "'none' (the reasoning inline in the content)");
     }
   }
+  if (const json* kwargs = field(j, "chat_template_kwargs")) {
+    // Variables for the model's chat template (enable_thinking, reasoning_effort, ...), bound
+    // after bos_token and eos_token as apply_chat_template binds its keyword arguments.
+    if (!chat)
+      bad("chat_template_kwargs", "'chat_template_kwargs' applies to /v1/chat/completions only");
+    if (!kwargs->is_object())
+      bad("chat_template_kwargs",
+          "'chat_template_kwargs' must be an object such as {\"enable_thinking\": false}");
+    r.chat_template_kwargs = nlohmann::ordered_json::parse(dump_json(*kwargs));
+  }
   r.compression = defaults.compression;
   if (const json* kv = field(j, "kv")) {
     r.compression = parse_kv_object(*kv, defaults.compression);
