@@ -3,55 +3,26 @@
 
 #include <utf8proc.h>
 
+#include "tokenizer/utf8.h"
+
 namespace rkv::jinja::unicode {
 
 char32_t decode(std::string_view s, std::size_t pos, std::size_t& len) {
-  const auto b0 = static_cast<unsigned char>(s[pos]);
+  const tokenizer::Utf8Step step = tokenizer::utf8_step(s, pos);
+  if (step.valid) {
+    len = step.length;
+    return step.code_point;
+  }
+  // An invalid byte stands for itself, as Python's surrogateescape keeps it (U+DC80..U+DCFF).
   len = 1;
-  if (b0 < 0x80) return b0;
-  int n = 0;
-  char32_t cp = 0;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    n = 2, cp = b0 & 0x1F;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    n = 3, cp = b0 & 0x0F;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    n = 4, cp = b0 & 0x07;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return 0xDC00 + b0;
-  }
-  for (int k = 1; k < n; ++k) {
-    if (pos + k >= s.size()) return 0xDC00 + b0;
-    const auto b = static_cast<unsigned char>(s[pos + k]);
-    if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return 0xDC00 + b0;
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  len = static_cast<std::size_t>(n);
-  return cp;
+  return 0xDC00 + static_cast<unsigned char>(s[pos]);
 }
 
 void append(std::string& out, char32_t cp) {
   if (cp >= 0xDC80 && cp <= 0xDCFF) {  // an invalid byte kept as it was
     out += static_cast<char>(cp - 0xDC00);
-  } else if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
   } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
+    tokenizer::append_utf8(out, cp);
   }
 }
 

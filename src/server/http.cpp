@@ -346,7 +346,6 @@ RequestParser::State RequestParser::after_head() {
     if (encodings > 1 || encoding_value != "chunked")
       return fail(501, "Transfer-Encoding '" + printable(encoding_value) +
                            "' is not supported (only chunked)");
-    chunked_ = true;
     phase_ = Phase::chunk_size;
     return State::need_more;
   }
@@ -410,13 +409,15 @@ RequestParser::State RequestParser::feed(const std::string& data, std::size_t& p
       case Phase::body_pending:
         phase_ = Phase::body_length;
         [[fallthrough]];
-      case Phase::body_length: {
+      case Phase::body_length:
+      case Phase::chunk_data: {
         const std::size_t n =
             static_cast<std::size_t>(std::min<std::uint64_t>(remaining_, data.size() - pos));
         request_.body.append(data, pos, n);
         pos += n;
         remaining_ -= n;
-        if (remaining_ == 0) phase_ = Phase::done;
+        if (remaining_ == 0)
+          phase_ = phase_ == Phase::chunk_data ? Phase::chunk_data_end : Phase::done;
         break;
       }
       case Phase::chunk_size: {
@@ -449,15 +450,6 @@ RequestParser::State RequestParser::feed(const std::string& data, std::size_t& p
                                std::to_string(limits_.max_body_bytes) + " bytes");
         remaining_ = size;
         phase_ = Phase::chunk_data;
-        break;
-      }
-      case Phase::chunk_data: {
-        const std::size_t n =
-            static_cast<std::size_t>(std::min<std::uint64_t>(remaining_, data.size() - pos));
-        request_.body.append(data, pos, n);
-        pos += n;
-        remaining_ -= n;
-        if (remaining_ == 0) phase_ = Phase::chunk_data_end;
         break;
       }
       case Phase::chunk_data_end:
@@ -500,7 +492,6 @@ Request RequestParser::take() {
   phase_ = Phase::head;
   started_ = false;
   expect_continue_ = false;
-  chunked_ = false;
   head_scanned_ = 0;
   remaining_ = 0;
   trailer_bytes_ = 0;

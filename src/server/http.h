@@ -122,7 +122,6 @@ class RequestParser {
   Phase phase_ = Phase::head;
   bool started_ = false;
   bool expect_continue_ = false;
-  bool chunked_ = false;
   std::size_t head_scanned_ = 0;  // bytes of the head already searched for its end
   std::uint64_t remaining_ = 0;   // body or chunk bytes still to come
   std::size_t trailer_bytes_ = 0;
