@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "engine/batch_engine.h"
 #include "engine/generator.h"
+#include "engine/kv_memory.h"
 #include "rkv/engine.h"
 #include "test_util.h"
 
@@ -19,9 +20,10 @@ struct Spec {
   int max_new;
 };
 
-BatchRequest make_request(const Spec& spec, int seed) {
-  BatchRequest r;
-  for (int i = 0; i < spec.prompt_len; ++i) r.prompt.push_back(3 + (i * 31 + seed * 97) % 500);
+Request make_request(const Spec& spec, int seed) {
+  Request r;
+  for (int i = 0; i < spec.prompt_len; ++i) r.prompt_ids.push_back(3 + (i * 31 + seed * 97) % 500);
+  r.decode_text = false;
   r.max_new_tokens = spec.max_new;
   r.sampling.temperature = 0.0f;
   r.ignore_eos = true;
@@ -37,11 +39,20 @@ BatchRequest make_request(const Spec& spec, int seed) {
 
 class BatchEngineTest : public ::testing::Test {
  protected:
-  void SetUp() override { model_ = Model::load(test::self_made_model()); }
+  void SetUp() override {
+    model_ = Model::load(test::self_made_model());
+    preparer_ = std::make_unique<Engine>(*model_, nullptr, pool_);
+  }
+
+  // The batch engine takes prepared requests only: Engine::prepare validates and sizes them.
+  PreparedRequest prepared(const Request& r) const { return preparer_->prepare(r); }
+  PreparedRequest prepared(const Spec& spec, int seed) const {
+    return prepared(make_request(spec, seed));
+  }
 
   std::vector<int> alone(const Spec& spec, int seed) {
     BatchEngine engine(*model_, pool_, {});
-    engine.submit(make_request(spec, seed));
+    engine.submit(prepared(spec, seed));
     engine.run();
     auto results = engine.take_results();
     return results.at(0).tokens;
@@ -49,6 +60,7 @@ class BatchEngineTest : public ::testing::Test {
 
   std::unique_ptr<Model> model_;
   ThreadPool pool_{2};
+  std::unique_ptr<Engine> preparer_;
 };
 
 const std::vector<Spec> kSpecs = {
@@ -59,16 +71,8 @@ const std::vector<Spec> kSpecs = {
 TEST_F(BatchEngineTest, AloneMatchesThePublicEngine) {
   // The public engine over a request of token ids and the batch engine are the same computation.
   const Spec spec = kSpecs[1];
-  const BatchRequest request = make_request(spec, 1);
   Engine engine(*model_, nullptr, pool_);
-  Request r;
-  r.prompt_ids = request.prompt;
-  r.max_new_tokens = spec.max_new;
-  r.sampling = request.sampling;
-  r.ignore_eos = true;
-  r.decode_text = false;
-  r.compression = request.compression;
-  engine.submit(engine.prepare(r));
+  engine.submit(engine.prepare(make_request(spec, 1)));
   engine.run_until_idle();
   EXPECT_EQ(alone(spec, 1), engine.take_completions().at(0).tokens);
 }
@@ -83,7 +87,7 @@ TEST_F(BatchEngineTest, EverySequenceOfABatchMatchesItsRunAlone) {
   BatchEngine engine(*model_, pool_, options);
   std::map<std::uint64_t, std::size_t> index;
   for (std::size_t i = 0; i < kSpecs.size(); ++i)
-    index[engine.submit(make_request(kSpecs[i], static_cast<int>(i)))] = i;
+    index[engine.submit(prepared(kSpecs[i], static_cast<int>(i)))] = i;
   engine.run();
   const auto results = engine.take_results();
   ASSERT_EQ(results.size(), kSpecs.size());
@@ -95,20 +99,20 @@ TEST_F(BatchEngineTest, EverySequenceOfABatchMatchesItsRunAlone) {
   EXPECT_EQ(engine.peak_running(), static_cast<int>(kSpecs.size()));
 }
 
-// BatchRequest::seed_tokens (rkv bench --steady-state): a compressing sequence takes its seed in
+// Request::seed_tokens (rkv bench --steady-state): a compressing sequence takes its seed in
 // chunks of its buffer, each compressed, so its slot is budget + buffer entries rather than the
 // whole prompt, and its cache never holds more; for fullkv seed tokens are prompt tokens.
 TEST_F(BatchEngineTest, SeedTokensNeedOnlyBudgetPlusBuffer) {
   const int layers = model_->config().num_layers;
-  BatchRequest r = make_request({"rkv", 16, 12, 20}, 3);  // buffer 8
-  for (int i = 0; i < 100; ++i) r.prompt.push_back(3 + (i * 17) % 500);
-  auto run = [&](const BatchRequest& request) {
+  Request r = make_request({"rkv", 16, 12, 20}, 3);  // buffer 8
+  for (int i = 0; i < 100; ++i) r.prompt_ids.push_back(3 + (i * 17) % 500);
+  auto run = [&](const Request& request) {
     BatchEngine engine(*model_, pool_, {});
-    engine.submit(request);
+    engine.submit(prepared(request));
     engine.run();
     return engine.take_results().at(0);
   };
-  BatchRequest seeded = r;
+  Request seeded = r;
   seeded.seed_tokens = 100;
   const BatchResult s = run(seeded);
   EXPECT_EQ(s.cache_capacity, 16 + 8);
@@ -120,16 +124,15 @@ TEST_F(BatchEngineTest, SeedTokensNeedOnlyBudgetPlusBuffer) {
   // Unseeded, the same 112-token prompt is held whole until prefill ends.
   EXPECT_EQ(run(r).cache_capacity, 112);
   // fullkv: the seed is prompt, token for token.
-  BatchRequest full = make_request({"fullkv", 0, 12, 20}, 3);
-  full.prompt = r.prompt;
-  BatchRequest full_seeded = full;
+  Request full = make_request({"fullkv", 0, 12, 20}, 3);
+  full.prompt_ids = r.prompt_ids;
+  Request full_seeded = full;
   full_seeded.seed_tokens = 100;
   EXPECT_EQ(run(full_seeded).tokens, run(full).tokens);
   EXPECT_EQ(run(full_seeded).cache_capacity, 112 + 20);
-  // The seed must leave at least one prompt token.
-  seeded.seed_tokens = static_cast<int>(seeded.prompt.size());
-  BatchEngine engine(*model_, pool_, {});
-  EXPECT_THROW(engine.submit(seeded), Error);
+  // The seed must leave at least one prompt token (Engine::prepare refuses it).
+  seeded.seed_tokens = static_cast<int>(seeded.prompt_ids.size());
+  EXPECT_THROW(prepared(seeded), Error);
 }
 
 // A forward pass that throws (on a GPU: the device out of memory; here: a compression listener
@@ -140,13 +143,13 @@ TEST_F(BatchEngineTest, AFailedPassEndsItsSequencesAndTheEngineGoesOn) {
   // rkv with a prompt over the budget (its first compression after prefill, outside the pass),
   // and within it (its first compression while decoding, inside the forward pass).
   for (const Spec& spec : {Spec{"rkv", 16, 30, 50}, Spec{"rkv", 16, 5, 60}}) {
-    BatchRequest failing = make_request(spec, 1);
+    Request failing = make_request(spec, 1);
     failing.on_compression = [](const CompressionEvent&) { throw Error("listener failed"); };
     BatchEngineOptions options;
     options.max_batch = 1;  // the second request waits for the first
     BatchEngine engine(*model_, pool_, options);
-    const std::uint64_t a = engine.submit(failing);
-    const std::uint64_t b = engine.submit(make_request(spec, 2));
+    const std::uint64_t a = engine.submit(prepared(failing));
+    const std::uint64_t b = engine.submit(prepared(spec, 2));
     engine.run();
     const auto results = engine.take_results();
     ASSERT_EQ(results.size(), 2u);
@@ -177,7 +180,7 @@ TEST_F(BatchEngineTest, SequencesJoinAndLeaveMidRun) {
   // A new request joins every 7 steps while earlier ones are decoding or have left.
   while (next < kSpecs.size() || engine.running() + engine.waiting() > 0) {
     if (next < kSpecs.size() && steps % 7 == 0) {
-      index[engine.submit(make_request(kSpecs[next], static_cast<int>(next)))] = next;
+      index[engine.submit(prepared(kSpecs[next], static_cast<int>(next)))] = next;
       ++next;
     }
     engine.step();
@@ -193,8 +196,7 @@ TEST_F(BatchEngineTest, SequencesJoinAndLeaveMidRun) {
 
 TEST_F(BatchEngineTest, MemoryCapIsNeverExceeded) {
   const Spec spec{"rkv", 16, 20, 40};
-  BatchEngine probe(*model_, pool_, {});
-  const std::size_t slot = probe.slot_bytes(make_request(spec, 0));
+  const std::size_t slot = prepared(spec, 0).slot_bytes;
   // The tiny shape of test::self_made_model() (4 layers, 2 KV heads, 4 query heads of 32), f32:
   // (16 + 8) entries x 4 layers x 2 KV heads x (keys and values of 32 floats, an int32 position,
   // a float state), and the query ring: window 4 x 4 layers x 4 query heads x 32 floats.
@@ -203,8 +205,8 @@ TEST_F(BatchEngineTest, MemoryCapIsNeverExceeded) {
   BatchEngineOptions options;
   options.kv_memory_bytes = slot * 5 / 2;  // room for two sequences
   BatchEngine engine(*model_, pool_, options);
-  EXPECT_EQ(engine.max_concurrent(make_request(spec, 0)), 2);
-  for (int i = 0; i < 5; ++i) engine.submit(make_request(spec, i));
+  EXPECT_EQ(engine.max_concurrent(prepared(spec, 0)), 2);
+  for (int i = 0; i < 5; ++i) engine.submit(prepared(spec, i));
   while (engine.step()) {
     EXPECT_LE(engine.kv_bytes_in_use(), options.kv_memory_bytes);
     EXPECT_LE(engine.running(), 2);
@@ -218,20 +220,21 @@ TEST_F(BatchEngineTest, ARequestThatCanNeverFitIsRejected) {
   BatchEngineOptions options;
   options.kv_memory_bytes = 100 * 1024;
   BatchEngine engine(*model_, pool_, options);
-  engine.submit(make_request({"rkv", 16, 10, 20}, 0));
+  engine.submit(prepared({"rkv", 16, 10, 20}, 0));
   try {
-    engine.submit(make_request({"fullkv", 0, 10, 400}, 1));  // 410 entries: ~210 KB
+    engine.submit(prepared({"fullkv", 0, 10, 400}, 1));  // 410 entries: ~210 KB
     FAIL() << "a request larger than the cap must be rejected";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("more than the whole KV memory cap"), std::string::npos)
         << e.what();
   }
-  BatchRequest bad = make_request({"rkv", 16, 10, 20}, 2);
-  bad.prompt.push_back(100000);
-  EXPECT_THROW(engine.submit(bad), Error);
-  BatchRequest bad_budget = make_request({"rkv", 16, 10, 20}, 3);
+  // Invalid requests never reach the batch engine: Engine::prepare refuses them.
+  Request bad = make_request({"rkv", 16, 10, 20}, 2);
+  bad.prompt_ids.push_back(100000);
+  EXPECT_THROW(prepared(bad), Error);
+  Request bad_budget = make_request({"rkv", 16, 10, 20}, 3);
   bad_budget.compression.budget = 2;  // not larger than the window
-  EXPECT_THROW(engine.submit(bad_budget), Error);
+  EXPECT_THROW(prepared(bad_budget), Error);
   engine.run();
   const auto results = engine.take_results();
   ASSERT_EQ(results.size(), 1u);

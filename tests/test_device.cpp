@@ -134,7 +134,7 @@ class RecordingOps final : public ForwardOps {
   void append_kv(int layer, std::span<const ForwardRow>) override {
     calls.push_back("append " + std::to_string(layer));
   }
-  void attention(int layer, std::span<const ForwardRow>, ForwardObserver*) override {
+  void attention(int layer, std::span<const ForwardRow>, AttentionProbs*) override {
     calls.push_back("attention " + std::to_string(layer));
   }
   void add(Act dst, Act src) override {
@@ -156,19 +156,6 @@ class RecordingOps final : public ForwardOps {
   float scratch_ = 0.0f;
 };
 
-class CountingObserver final : public ForwardObserver {
- public:
-  explicit CountingObserver(bool needs) : needs_(needs) {}
-  int appended = 0, layers = 0, finals = 0;
-  void after_kv_append(int, std::span<const ForwardRow>) override { ++appended; }
-  void after_layer(int, std::span<const ForwardRow>, float*) override { ++layers; }
-  void final_hidden(std::span<const ForwardRow>, const float*) override { ++finals; }
-  bool needs_host() const override { return needs_; }
-
- private:
-  bool needs_;
-};
-
 ModelConfig two_layers() {
   ModelConfig c;
   c.num_layers = 2;
@@ -182,9 +169,8 @@ TEST(RunForward, StringsTheStepsOfEveryLayerInOrder) {
   KvCache cache(shape);
   const std::vector<ForwardRow> rows = {{&cache, 1, 0, false}, {&cache, 2, 1, true}};
   RecordingOps ops(true);
-  CountingObserver observer(true);
   float logits = 0.0f;
-  run_forward(two_layers(), ops, rows, &logits, &observer);
+  run_forward(two_layers(), ops, rows, &logits);
   // Act: X 0, XN 1, Q 2, K 3, V 4, Attn 5, Gate 6, Up 7; Proj: Q 0 ... Down 6;
   // Norm: Input 0, Post 1, Final 2.
   std::vector<std::string> expected = {"begin 2"};
@@ -200,48 +186,51 @@ TEST(RunForward, StringsTheStepsOfEveryLayerInOrder) {
   expected.push_back("logits 1");
   expected.push_back("end 2");
   EXPECT_EQ(ops.calls, expected);
-  EXPECT_EQ(observer.appended, 2);
-  EXPECT_EQ(observer.layers, 2);
-  EXPECT_EQ(observer.finals, 1);
 }
 
-TEST(RunForward, ADeviceBackendRefusesAnObserverThatNeedsHostMemory) {
+TEST(ForwardPass, TheCallerDrivesTheStepsInOrderAndReadsHostMemoryOnlyOnTheHost) {
   KvCacheShape shape = device_shape();
   KvCache cache(shape);
-  const std::vector<ForwardRow> rows = {{&cache, 1, 0, true}};
+  const std::vector<ForwardRow> rows = {{&cache, 1, 0, false}};
   {
+    // On a device backend the residual stream and final hidden states are not the caller's.
     RecordingOps ops(false);
-    CountingObserver observer(true);
-    try {
-      run_forward(two_layers(), ops, rows, nullptr, &observer);
-      FAIL() << "ran with a host observer on a device";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("--device cpu"), std::string::npos) << e.what();
-    }
-    // Refused before the backend began: nothing reached the caches or the device.
-    EXPECT_TRUE(ops.calls.empty());
+    ForwardPass pass(two_layers(), ops, rows);
+    EXPECT_FALSE(pass.on_host());
+    pass.append_kv(0);
+    pass.attend(0);
+    EXPECT_EQ(pass.hidden(), nullptr);
+    pass.append_kv(1);
+    pass.attend(1);
+    pass.finish(nullptr);
+    EXPECT_EQ(pass.final_hidden(), nullptr);
+    // No logits asked for: no logits step.
+    EXPECT_EQ(ops.calls[ops.calls.size() - 2], "norm2 0 0>1");
+    EXPECT_EQ(ops.calls.back(), "end 1");
   }
-  // An observer that needs no host memory (fullkv) is called where it can be: after each append,
-  // never with activations that are not in host memory.
-  RecordingOps ops(false);
-  CountingObserver observer(false);
-  run_forward(two_layers(), ops, rows, nullptr, &observer);
-  EXPECT_EQ(observer.appended, 2);
-  EXPECT_EQ(observer.layers, 0);
-  EXPECT_EQ(observer.finals, 0);
-  // No logits asked for: no logits step.
-  EXPECT_EQ(ops.calls[ops.calls.size() - 2], "norm2 0 0>1");
-  EXPECT_EQ(ops.calls.back(), "end 1");
+  RecordingOps ops(true);
+  ForwardPass pass(two_layers(), ops, rows);
+  EXPECT_TRUE(pass.on_host());
+  // A step out of order is refused before it runs: attention needs the layer's keys first, and
+  // a layer is finished before the next begins.
+  EXPECT_THROW(pass.attend(0), Error);
+  EXPECT_THROW(pass.finish(nullptr), Error);
+  pass.append_kv(0);
+  EXPECT_THROW(pass.append_kv(1), Error);
+  pass.attend(0);
+  EXPECT_NE(pass.hidden(), nullptr);
+  EXPECT_EQ(pass.final_hidden(), nullptr);  // not before the final norm
+  EXPECT_EQ(ops.calls.back(), "add 0+1");
 }
 
 TEST(RunForward, ValidatesTheRowsBeforeAnyStep) {
   KvCache cache(device_shape());  // capacity 5
   RecordingOps ops(false);
   const std::vector<ForwardRow> bad_token = {{&cache, 10, 0, true}};
-  EXPECT_THROW(run_forward(two_layers(), ops, bad_token, nullptr, nullptr), Error);
+  EXPECT_THROW(run_forward(two_layers(), ops, bad_token, nullptr), Error);
   std::vector<ForwardRow> too_many;
   for (int i = 0; i < 6; ++i) too_many.push_back({&cache, 1, i, false});
-  EXPECT_THROW(run_forward(two_layers(), ops, too_many, nullptr, nullptr), Error);
+  EXPECT_THROW(run_forward(two_layers(), ops, too_many, nullptr), Error);
   EXPECT_TRUE(ops.calls.empty());
 }
 

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "batch_test_util.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/batch_engine.h"
@@ -54,14 +55,14 @@ TEST_F(EngineTest, MatchesTheBatchEngineAndDecodesTheText) {
 
   // The same request straight into the batch engine (the reference the engine wraps).
   BatchEngine batch(*model_, pool_, {});
-  BatchRequest b;
+  Request b;
   const auto ids = tokenizer_->encode(q, true);
-  b.prompt.assign(ids.begin(), ids.end());
+  b.prompt_ids.assign(ids.begin(), ids.end());
+  b.decode_text = false;
   b.max_new_tokens = 600;
   b.sampling.temperature = 0.0f;
-  b.eos_ids = model_->config().eos_token_ids;
   b.compression = greedy(q, "rkv", 160).compression;
-  batch.submit(b);
+  batch.submit(test::prepared_request(*model_, b));
   batch.run();
   const BatchResult ref = batch.take_results().at(0);
 

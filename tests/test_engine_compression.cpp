@@ -8,6 +8,7 @@
 #include <set>
 
 #include "engine/generator.h"
+#include "engine/kv_memory.h"
 #include "model/model.h"
 #include "test_util.h"
 
@@ -16,16 +17,17 @@ namespace {
 
 std::vector<int> greedy(const Model& model, const std::vector<int>& prompt, int n,
                         const CompressionParams& params, const CompressionListener& listener = {},
-                        BatchResult* stats_out = nullptr) {
+                        Completion* stats_out = nullptr) {
   ThreadPool pool(2);
-  BatchRequest request;
-  request.prompt = prompt;
+  Request request;
+  request.prompt_ids = prompt;
+  request.decode_text = false;
   request.max_new_tokens = n;
   request.sampling.temperature = 0.0f;
   request.ignore_eos = true;
   request.compression = params;
   request.on_compression = listener;
-  BatchResult result = generate_alone(model, pool, std::move(request));
+  Completion result = generate_alone(model, pool, std::move(request));
   if (stats_out) *stats_out = result;
   return result.tokens;
 }
@@ -81,7 +83,7 @@ TEST_F(EngineCompression, SmallBudgetsKeepTheInvariants) {
           ASSERT_TRUE(kept_set.count(e.n_before - 1 - w)) << "window entry " << w;
       }
     };
-    BatchResult stats;
+    Completion stats;
     const auto tokens =
         greedy(*model_, prompt_, n, preset(method, budget, buffer, window), listener, &stats);
     EXPECT_EQ(static_cast<int>(tokens.size()), n);
@@ -104,7 +106,7 @@ TEST_F(EngineCompression, LongPromptIsCompressedAtTheEndOfPrefill) {
   for (int i = 0; i < 50; ++i) long_prompt.push_back(3 + (i * 53) % 500);
   std::vector<std::int64_t> steps;
   auto listener = [&](const CompressionEvent& e) { steps.push_back(e.step); };
-  BatchResult stats;
+  Completion stats;
   greedy(*model_, long_prompt, 5, preset("rkv", 16, 8, 4), listener, &stats);
   ASSERT_FALSE(steps.empty());
   // One compression per layer right after prefill (at 50 tokens), then at multiples of the buffer.

@@ -548,9 +548,10 @@ TEST(KvDtypeModel, DefaultFollowsTheCheckpoint) {
 // ---- engine, admission, command line
 // --------------------------------------------------------------
 
-BatchRequest batch_request(const std::string& method, std::optional<KvDtype> dtype) {
-  BatchRequest r;
-  for (int i = 0; i < 24; ++i) r.prompt.push_back(3 + (i * 37) % 500);
+Request batch_request(const std::string& method, std::optional<KvDtype> dtype) {
+  Request r;
+  for (int i = 0; i < 24; ++i) r.prompt_ids.push_back(3 + (i * 37) % 500);
+  r.decode_text = false;
   r.max_new_tokens = 48;
   r.sampling.temperature = 0.0f;
   r.ignore_eos = true;
@@ -567,34 +568,42 @@ BatchRequest batch_request(const std::string& method, std::optional<KvDtype> dty
 TEST(KvDtypeEngine, SlotsAdmissionAndCompressionUseTheStoredBytes) {
   auto model = Model::load(test::self_made_model());  // tiny: 4 layers, 2 KV heads, head 32
   ThreadPool pool(2);
-  BatchEngine sizing(*model, pool, {});
+  const Engine sizing(*model, nullptr, pool);
+  const auto slot_bytes = [&](const Engine& e, const Request& r) {
+    return e.prepare(r).slot_bytes;
+  };
   // A slot reserves everything its cache allocates: per (layer, KV head) and entry the key and
   // the value in the stored dtype, an int32 position and a float state; fullkv keeps no query
   // ring. 4 layers * 2 KV heads, 24 + 48 entries, head size 32.
-  const std::size_t f32 = sizing.slot_bytes(batch_request("fullkv", std::nullopt));
+  const std::size_t f32 = slot_bytes(sizing, batch_request("fullkv", std::nullopt));
   EXPECT_EQ(f32, 4u * 2 * (24 + 48) * (2 * 32 * 4 + 4 + 4));  // the f32 checkpoint's default
   EXPECT_EQ(f32, 152064u);
-  EXPECT_EQ(sizing.slot_bytes(batch_request("fullkv", KvDtype::bf16)), 4u * 2 * 72 * (128 + 8));
-  EXPECT_EQ(sizing.slot_bytes(batch_request("fullkv", KvDtype::f16)), 78336u);
-  EXPECT_EQ(sizing.slot_bytes(batch_request("fullkv", KvDtype::q8_0)), 4u * 2 * 72 * (68 + 8));
+  EXPECT_EQ(slot_bytes(sizing, batch_request("fullkv", KvDtype::bf16)), 4u * 2 * 72 * (128 + 8));
+  EXPECT_EQ(slot_bytes(sizing, batch_request("fullkv", KvDtype::f16)), 78336u);
+  EXPECT_EQ(slot_bytes(sizing, batch_request("fullkv", KvDtype::q8_0)), 4u * 2 * 72 * (68 + 8));
   // A compressing method's slot adds its query ring: `window` float32 queries of every query
   // head per layer.
   const std::size_t q_heads = static_cast<std::size_t>(model->config().num_heads);
-  EXPECT_EQ(sizing.slot_bytes(batch_request("rkv", KvDtype::bf16)),
+  EXPECT_EQ(slot_bytes(sizing, batch_request("rkv", KvDtype::bf16)),
             4u * 2 * (20 + 8) * (128 + 8) + 4u * 4 * q_heads * 32 * 4);
   // The engine's default dtype applies to requests that name none.
+  EngineOptions eo;
+  eo.kv_dtype = KvDtype::bf16;
+  const Engine preparer(*model, nullptr, pool, eo);
+  const auto prepared = [&](const std::string& method, std::optional<KvDtype> dtype) {
+    return preparer.prepare(batch_request(method, dtype));
+  };
   BatchEngineOptions o;
-  o.kv_dtype = KvDtype::bf16;
   o.kv_memory_bytes = 5 * 78336;  // five bf16 slots, two f32 ones (2.58)
   BatchEngine capped(*model, pool, o);
-  EXPECT_EQ(capped.max_concurrent(batch_request("fullkv", KvDtype::f32)), 2);
-  EXPECT_EQ(capped.max_concurrent(batch_request("fullkv", std::nullopt)), 5);
+  EXPECT_EQ(capped.max_concurrent(prepared("fullkv", KvDtype::f32)), 2);
+  EXPECT_EQ(capped.max_concurrent(prepared("fullkv", std::nullopt)), 5);
   // Every method runs on every dtype: compression converts the keys it scores, H2O accumulates
   // into the cache's state, and what a sequence holds is reported in the stored bytes.
   for (const char* method : {"rkv", "snapkv", "h2o", "gkv", "streamingllm"}) {
     for (KvDtype t : kAllDtypes) {
       SCOPED_TRACE(std::string(method) + " " + std::string(kv_dtype_name(t)));
-      for (int i = 0; i < 5; ++i) capped.submit(batch_request(method, t));
+      for (int i = 0; i < 5; ++i) capped.submit(prepared(method, t));
       capped.run();
       const auto results = capped.take_results();
       ASSERT_EQ(results.size(), 5u);
@@ -615,8 +624,8 @@ TEST(KvDtypeEngine, SlotsAdmissionAndCompressionUseTheStoredBytes) {
   }
   // A greedy bf16 run of the f32 model mostly agrees with the f32 one (not bit for bit).
   BatchEngine plain(*model, pool, {});
-  plain.submit(batch_request("fullkv", KvDtype::f32));
-  plain.submit(batch_request("fullkv", KvDtype::bf16));
+  plain.submit(prepared("fullkv", KvDtype::f32));
+  plain.submit(prepared("fullkv", KvDtype::bf16));
   plain.run();
   auto r = plain.take_results();
   ASSERT_EQ(r.size(), 2u);

@@ -236,10 +236,11 @@ TEST(ModelErrors, BadRequestsLeaveTheCacheUntouched) {
   EXPECT_THROW(model->forward(too_many, scratch, pool, nullptr), Error);
   EXPECT_EQ(cache.length(0), 0);
 
-  BatchEngineOptions options;
+  EngineOptions options;
   options.context_size = 8;
-  BatchRequest long_prompt;
-  long_prompt.prompt.assign(8, 3);
+  Request long_prompt;
+  long_prompt.prompt_ids.assign(8, 3);
+  long_prompt.decode_text = false;
   try {
     generate_alone(*model, pool, long_prompt, options);
     FAIL() << "a prompt longer than the context must be rejected";
@@ -247,7 +248,9 @@ TEST(ModelErrors, BadRequestsLeaveTheCacheUntouched) {
     EXPECT_NE(std::string(e.what()).find("does not fit the context of 8 tokens"),
               std::string::npos);
   }
-  EXPECT_THROW(generate_alone(*model, pool, BatchRequest{}, options), Error);
+  Request empty;
+  empty.decode_text = false;
+  EXPECT_THROW(generate_alone(*model, pool, empty, options), Error);
 }
 
 }  // namespace

@@ -15,9 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "batch_test_util.h"
 #include "core/error.h"
 #include "engine/generator.h"
-#include "engine/kv_compressor.h"
+#include "engine/kv_memory.h"
 #include "engine/sentence_tracker.h"
 #include "model/model.h"
 #include "rkv/compression.h"
@@ -341,7 +342,7 @@ TEST(SkipKvPolicy, EvictsAWholeRedundantSentenceBeforeAnyOtherToken) {
   expect_error([&] { compress_layer(no_pos, p); }, "positions");
 }
 
-// ---- through SequenceCompressor / CompressionObserver
+// ---- through KvMemory
 // --------------------------------------------
 
 // Token ids of the hand-made vocabulary.
@@ -367,11 +368,9 @@ TEST(SkipKvEngine, RedundantSentenceIsEvictedFromTheCache) {
   p.window = 2;
   p.budget = 11;
   p.buffer = 64;  // compress only when asked
-  SequenceCompressor compressor(p, test_vocab());
-  KvCache cache(KvCacheShape{1, 1, 1, head_dim, 32, 2});
-  compressor.init_cache(cache);
-  CompressionObserver observer(nullptr, hidden);
-  observer.attach(&cache, &compressor);
+  KvMemory memory(p, test_vocab());
+  memory.allocate(KvCacheShape{1, 1, 1, head_dim, 32, 2});
+  KvCache& cache = *memory.cache_for_appends();
 
   std::mt19937 rng(3);
   std::normal_distribution<float> g(0.0f, 1.0f);
@@ -391,15 +390,13 @@ TEST(SkipKvEngine, RedundantSentenceIsEvictedFromTheCache) {
       {kDot, &hB},  {kWord, &hA}, {kWord, &hA}, {kDot, &hA},  {kWord, &hD}};
   int pos = prompt;
   for (const auto& [token, h] : steps) {
-    compressor.begin_decode_step(token, pos, cache);
+    memory.begin_decode_step(token, pos);
     append(pos);
-    ForwardRow row{&cache, token, pos, true};
-    observer.final_hidden({&row, 1}, h->data());
-    ForwardRow prompt_row{&cache, 0, 0, false};  // a prompt row: never part of a sentence
-    observer.final_hidden({&prompt_row, 1}, hD.data());
+    memory.observe_final_hidden(pos, h->data(), hidden);
+    memory.observe_final_hidden(0, hD.data(), hidden);  // a prompt row: never part of a sentence
     ++pos;
   }
-  const SentenceTracker* t = compressor.sentences();
+  const SentenceTracker* t = memory.sentences();
   ASSERT_NE(t, nullptr);
   ASSERT_EQ(t->sentences().size(), 4u);
   EXPECT_EQ(t->sentences()[0].hidden_count, 3);
@@ -410,10 +407,10 @@ TEST(SkipKvEngine, RedundantSentenceIsEvictedFromTheCache) {
 
   // 14 entries, budget 11: the three evicted entries are exactly sentence A.
   std::vector<std::int32_t> kept_positions;
-  compressor.set_listener([&](const CompressionEvent& e) {
+  memory.set_listener([&](const CompressionEvent& e) {
     for (int i : e.selection->kept[0]) kept_positions.push_back(e.cache->positions(0, 0)[i]);
   });
-  compressor.compress_layer_now(cache, 0, pos, nullptr);
+  memory.compress_layer(0, pos, nullptr);
   ASSERT_EQ(cache.length(0), 11);
   std::vector<std::int32_t> expect;
   for (int q = 0; q < pos; ++q)
@@ -423,22 +420,22 @@ TEST(SkipKvEngine, RedundantSentenceIsEvictedFromTheCache) {
     EXPECT_EQ(cache.positions(0, 0)[i], expect[static_cast<std::size_t>(i)]);
 
   // The next step notices that no entry of A is cached any more and frees its embedding.
-  compressor.begin_decode_step(kWord, pos, cache);
-  EXPECT_TRUE(compressor.sentences()->sentences()[0].forgotten);
-  EXPECT_FALSE(compressor.sentences()->sentences()[1].forgotten);
+  memory.begin_decode_step(kWord, pos);
+  EXPECT_TRUE(memory.sentences()->sentences()[0].forgotten);
+  EXPECT_FALSE(memory.sentences()->sentences()[1].forgotten);
 }
 
-TEST(SkipKvEngine, NeedsTokenTextAndHiddenSize) {
-  const CompressionParams p = CompressionParams::defaults(Method::skipkv);
-  expect_error([&] { SequenceCompressor c(p, CompressionVocab{}); }, "needs the tokenizer");
-  SequenceCompressor c(p, test_vocab());
-  KvCache cache(KvCacheShape{1, 1, 1, 4, 8, 2});
-  CompressionObserver no_hidden(nullptr);
-  expect_error([&] { no_hidden.attach(&cache, &c); }, "hidden size");
+TEST(SkipKvEngine, OnlySkipKvAndSteeringTrackSentencesAndTheRunnerHandsThemHiddenStates) {
+  KvMemory s(CompressionParams::defaults(Method::skipkv), test_vocab());
+  EXPECT_NE(s.sentences(), nullptr);
+  EXPECT_TRUE(s.wants_final_hidden());
+  EXPECT_TRUE(s.needs_host());
   // Other methods need neither.
-  SequenceCompressor r(CompressionParams::defaults(Method::rkv), CompressionVocab{});
-  EXPECT_NO_THROW(no_hidden.attach(&cache, &r));
+  KvMemory r(CompressionParams::defaults(Method::rkv), CompressionVocab{});
   EXPECT_EQ(r.sentences(), nullptr);
+  EXPECT_FALSE(r.wants_final_hidden());
+  KvMemory f(CompressionParams::defaults(Method::fullkv), CompressionVocab{});
+  EXPECT_FALSE(f.needs_host());
 }
 
 // ---- on a golden checkpoint ---------------------------------------------------------------------
@@ -458,15 +455,15 @@ class SkipKvGolden : public ::testing::Test {
   std::vector<int> greedy(const CompressionParams& params, int n, BatchResult* stats = nullptr,
                           const CompressionListener& listener = {}) {
     ThreadPool pool(2);
-    BatchRequest options;
-    options.prompt = prompt_;
+    Request options;
+    options.prompt_ids = prompt_;
     options.max_new_tokens = n;
     options.sampling.temperature = 0.0f;
     options.ignore_eos = true;
     options.compression = params;
-    options.compression_vocab = vocab_;
     options.on_compression = listener;
-    BatchResult result = generate_alone(*model_, pool, std::move(options));
+    BatchResult result =
+        test::run_alone(*model_, pool, test::prepared_request(*model_, options), vocab_);
     if (stats) *stats = result;
     return result.tokens;
   }

@@ -17,10 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "batch_test_util.h"
 #include "core/error.h"
 #include "engine/compression_vocab.h"
 #include "engine/generator.h"
-#include "engine/kv_compressor.h"
+#include "engine/kv_memory.h"
+#include "engine/model_runner.h"
 #include "engine/steering.h"
 #include "model/model.h"
 #include "model/random_checkpoint.h"
@@ -115,12 +117,10 @@ TEST(Steering, AddedAtDelimitersOnlyWithTheSequencesOwnStrength) {
   const int hidden = 4;
   auto vec = make_vector(hidden, 1, 3, 5);
   SteeringParams steering{vec, 0.5f, 0.25f};
-  SequenceCompressor a(CompressionParams::defaults(Method::fullkv), word_vocab(), steering);
-  SequenceCompressor b(CompressionParams::defaults(Method::fullkv), word_vocab(), steering);
-  KvCache cache_a(KvCacheShape{3, 1, 1, 4, 32, 0}), cache_b(KvCacheShape{3, 1, 1, 4, 32, 0});
-  CompressionObserver observer(nullptr, hidden);
-  observer.attach(&cache_a, &a);
-  observer.attach(&cache_b, &b);
+  KvMemory a(CompressionParams::defaults(Method::fullkv), word_vocab(), steering);
+  KvMemory b(CompressionParams::defaults(Method::fullkv), word_vocab(), steering);
+  a.allocate(KvCacheShape{3, 1, 1, 4, 32, 0});
+  b.allocate(KvCacheShape{3, 1, 1, 4, 32, 0});
 
   // Sequence a: Wait ok \n | ok \n\n | Alternatively \n | ok ; sequence b: only "ok" and "\n".
   // Expected a_t at a's delimiters: N_o = 1, 1, 2 -> 0.75, 0.75, 1.0; b's N_o stays 0 -> 0.5.
@@ -131,15 +131,15 @@ TEST(Steering, AddedAtDelimitersOnlyWithTheSequencesOwnStrength) {
   const int prompt = 6;
   for (std::size_t s = 0; s < tokens_a.size(); ++s) {
     const int pos = prompt + static_cast<int>(s);
-    a.begin_decode_step(tokens_a[s], pos, cache_a);
-    b.begin_decode_step(tokens_b[s], pos, cache_b);
-    // One pass: a prompt row of a (never steered), a's decode row, b's decode row.
-    std::vector<ForwardRow> rows = {{&cache_a, 4, 1, false},
-                                    {&cache_a, tokens_a[s], pos, true},
-                                    {&cache_b, tokens_b[s], pos, true}};
+    a.begin_decode_step(tokens_a[s], pos);
+    b.begin_decode_step(tokens_b[s], pos);
+    // One pass, as the model runner steers it: a prompt row of a (never steered), a's decode
+    // row, b's decode row.
+    const std::vector<std::pair<KvMemory*, int>> rows = {{&a, 1}, {&a, pos}, {&b, pos}};
     for (int layer = 0; layer < 3; ++layer) {
       std::vector<float> h(3 * hidden, 1.0f);
-      observer.after_layer(layer, rows, h.data());
+      for (std::size_t r = 0; r < rows.size(); ++r)
+        rows[r].first->steer(layer, rows[r].second, h.data() + r * hidden, hidden);
       for (int i = 0; i < hidden; ++i) {
         const float v = vec->values[static_cast<std::size_t>(i)];
         const float ea = layer == 1 ? expect_a[s] : 0.0f;
@@ -155,22 +155,15 @@ TEST(Steering, AddedAtDelimitersOnlyWithTheSequencesOwnStrength) {
   EXPECT_EQ(a.sentences()->non_execution_count(), 2);
   EXPECT_EQ(b.sentences()->non_execution_count(), 0);
 
-  // Validation: the vector must fit the observer's hidden size; a0/gamma finite.
-  CompressionObserver wrong(nullptr, hidden + 1);
-  expect_error([&] { wrong.attach(&cache_a, &a); }, "hidden size");
+  // Validation (Engine::prepare calls it): a0 and gamma finite.
   SteeringParams bad{vec, std::nanf(""), 0.0f};
-  expect_error(
-      [&] { SequenceCompressor c(CompressionParams::defaults(Method::fullkv), word_vocab(), bad); },
-      "a0");
-  expect_error(
-      [&] { SequenceCompressor c(CompressionParams::defaults(Method::fullkv), {}, steering); },
-      "needs the tokenizer");
+  expect_error([&] { bad.validate(); }, "a0");
 }
 
 // ---- on a golden checkpoint: bits and strength through the real forward pass --------------------
 
-// A ForwardObserver that steers by hand (the test's own reading of ALGORITHMS.md 5).
-class ManualSteering : public ForwardObserver {
+// Steers by hand (the test's own reading of ALGORITHMS.md 5), after every layer of a pass.
+class ManualSteering {
  public:
   ManualSteering(const SteeringVector& v, float a0, float gamma) : v_(v), a0_(a0), gamma_(gamma) {}
   // The decode step's input token text.
@@ -185,7 +178,7 @@ class ManualSteering : public ForwardObserver {
     last_delim_ = delim;
     position_ = position;
   }
-  void after_layer(int layer, std::span<const ForwardRow> rows, float* hidden) override {
+  void after_layer(int layer, std::span<const ForwardRow> rows, float* hidden) const {
     if (layer != v_.layer || !last_delim_) return;
     const float a = a0_ + gamma_ * static_cast<float>(n_o_);
     const auto H = static_cast<std::size_t>(v_.hidden_size());
@@ -216,30 +209,41 @@ class SteeringGolden : public ::testing::Test {
   }
 
   // Greedy decoding by hand; returns the logits of every step. mode: 0 none, 1 the engine's
-  // steering (CompressionObserver), 2 ManualSteering.
+  // steering (KvMemory through the model runner), 2 ManualSteering on the bare forward pass.
   std::vector<std::vector<float>> run(int mode, float a0, float gamma, int steps = 24) {
     ThreadPool pool(1);
     const ModelConfig& c = model_->config();
     SteeringParams steering;
     if (mode == 1) steering = {vector_, a0, gamma};
-    SequenceCompressor compressor(CompressionParams::defaults(Method::fullkv), vocab_, steering);
-    KvCache cache(model_->cache_shape(static_cast<int>(prompt_.size()) + steps + 1, 0));
-    CompressionObserver engine(&pool, c.hidden_size);
-    engine.attach(&cache, &compressor);
+    KvMemory memory(CompressionParams::defaults(Method::fullkv), vocab_, steering);
+    memory.allocate(model_->cache_shape(static_cast<int>(prompt_.size()) + steps + 1, 0));
+    KvCache& cache = *memory.cache_for_appends();
+    KvMemory* const memories[] = {&memory};
+    ModelRunner runner(*model_, pool);
     ManualSteering manual(*vector_, a0, gamma);
-    ForwardObserver* observer = mode == 2 ? static_cast<ForwardObserver*>(&manual) : &engine;
     ForwardScratch scratch;
     std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
-    prefill(*model_, cache, prompt_, 0, 64, scratch, pool, logits.data(), observer);
+    prefill(*model_, cache, prompt_, 0, 64, scratch, pool, logits.data());
     std::vector<std::vector<float>> all;
     int pos = static_cast<int>(prompt_.size());
     for (int s = 0; s < steps; ++s) {
       const int token =
           static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      compressor.begin_decode_step(token, pos, cache);
+      memory.begin_decode_step(token, pos);
       manual.next_token(pos, vocab_.token_text(token));
-      ForwardRow row{&cache, token, pos++, true};
-      model_->forward({&row, 1}, scratch, pool, logits.data(), observer);
+      const ForwardRow row{&cache, token, pos++, true};
+      if (mode == 2) {
+        const std::unique_ptr<ForwardOps> ops = model_->ops(scratch, pool);
+        ForwardPass pass(c, *ops, {&row, 1});
+        for (int l = 0; l < c.num_layers; ++l) {
+          pass.append_kv(l);
+          pass.attend(l);
+          manual.after_layer(l, {&row, 1}, pass.hidden());
+        }
+        pass.finish(logits.data());
+      } else {
+        runner.run({&row, 1}, memories, logits.data());
+      }
       all.push_back(logits);
     }
     return all;
@@ -268,15 +272,16 @@ TEST_F(SteeringGolden, ZeroStrengthIsBitIdenticalAndStrengthMatchesTheDefinition
   EXPECT_TRUE(same_bits(steered, run(2, 1.0f, 0.5f)));
 }
 
-TEST_F(SteeringGolden, GeneratorTakesTheVectorAndChecksIt) {
+TEST_F(SteeringGolden, TheBatchEngineTakesTheVector) {
   ThreadPool pool(1);
-  BatchRequest options;
-  options.prompt = prompt_;
+  Request options;
+  options.prompt_ids = prompt_;
   options.max_new_tokens = 20;
   options.sampling.temperature = 0.0f;
   options.ignore_eos = true;
-  options.compression_vocab = vocab_;
-  auto generate = [&] { return generate_alone(*model_, pool, options).tokens; };
+  auto generate = [&] {
+    return test::run_alone(*model_, pool, test::prepared_request(*model_, options), vocab_).tokens;
+  };
   const auto plain = generate();
   options.steering = {vector_, 0.0f, 0.0f};
   EXPECT_EQ(generate(), plain);
@@ -286,10 +291,30 @@ TEST_F(SteeringGolden, GeneratorTakesTheVectorAndChecksIt) {
   options.compression.buffer = 4;
   options.compression.window = 2;
   EXPECT_EQ(generate().size(), 20u);
-  options.steering = {make_vector(32, 1, 2, 1), 1.0f, 0.0f};
-  expect_error([&] { generate(); }, "hidden size 32");
-  options.steering = {make_vector(model_->config().hidden_size, 5, 8, 1), 1.0f, 0.0f};
-  expect_error([&] { generate(); }, "layer 5");
+}
+
+TEST(SteeringPrepare, TheEngineChecksTheVectorAgainstTheModel) {
+  auto model = Model::load(test::shipped_model_dir());
+  const Tokenizer tok = Tokenizer::load(test::shipped_model_dir());
+  ThreadPool pool(1);
+  const Engine engine(*model, &tok, pool);
+  Request r;
+  r.text = "x";
+  r.steering = {make_vector(32, 1, 2, 1), 1.0f, 0.0f};
+  expect_error([&] { engine.prepare(r); }, "hidden size 32");
+  r.steering = {make_vector(model->config().hidden_size, model->config().num_layers + 1,
+                            model->config().num_layers + 4, 1),
+                1.0f, 0.0f};
+  expect_error([&] { engine.prepare(r); }, "layer");
+  r.steering = {make_vector(model->config().hidden_size, 1, 2, 1), std::nanf(""), 0.0f};
+  expect_error([&] { engine.prepare(r); }, "a0");
+  // Steering reads the tokens' text: an engine without a tokenizer refuses it.
+  const Engine no_tokenizer(*model, nullptr, pool);
+  r.text.clear();
+  r.prompt_ids = {1, 2};
+  r.decode_text = false;
+  r.steering = {make_vector(model->config().hidden_size, 1, 2, 1), 1.0f, 0.0f};
+  expect_error([&] { no_tokenizer.prepare(r); }, "needs a tokenizer");
 }
 
 // ---- the file
@@ -342,10 +367,11 @@ TEST(SteeringFile, RoundTripAndErrors) {
 
 // ---- calibration on a tiny random checkpoint, then generation with the vector -------------------
 
-class LayerStates : public ForwardObserver {
+// Collects one layer's residual stream, for every row of every pass (prefill's after_layer).
+class LayerStates {
  public:
   LayerStates(int layer, int hidden) : layer_(layer), hidden_(hidden) {}
-  void after_layer(int layer, std::span<const ForwardRow> rows, float* hidden) override {
+  void after_layer(int layer, std::span<const ForwardRow> rows, const float* hidden) {
     if (layer != layer_) return;
     states.insert(states.end(), hidden, hidden + rows.size() * static_cast<std::size_t>(hidden_));
   }
@@ -404,7 +430,10 @@ TEST(SteeringCalibration, VectorFromLabelledThoughtsLoadsForItsModelOnly) {
   LayerStates states(layer, H);
   KvCache cache(model->cache_shape(static_cast<int>(all.size()), 0));
   ForwardScratch scratch;
-  prefill(*model, cache, all, 0, 1024, scratch, pool, nullptr, &states);
+  prefill(*model, cache, all, 0, 1024, scratch, pool, nullptr,
+          [&states](int l, std::span<const ForwardRow> rows, const float* hidden) {
+            states.after_layer(l, rows, hidden);
+          });
   auto state = [&](const Thought& t, int i) {
     return states.states[(prompt.size() + static_cast<std::size_t>(t.delimiter)) *
                              static_cast<std::size_t>(H) +
@@ -430,14 +459,14 @@ TEST(SteeringCalibration, VectorFromLabelledThoughtsLoadsForItsModelOnly) {
   auto other = Model::load(dir.path() / "m2");
   expect_error([&] { load_steering_vector_for(path, *other); }, "does not belong to this model");
 
-  BatchRequest g;
-  g.prompt = prompt;
+  Request g;
+  g.prompt_ids = prompt;
+  g.decode_text = false;
   g.max_new_tokens = 16;
   g.sampling.temperature = 0.0f;
   g.ignore_eos = true;
-  g.compression_vocab = vocab;
   g.steering = {loaded, 1.0f, 0.02f};
-  EXPECT_EQ(generate_alone(*model, pool, g).tokens.size(), 16u);
+  EXPECT_EQ(generate_alone(*model, pool, g, {}, &tok).tokens.size(), 16u);
 
   // The same through the command line.
   const std::string rkv = test::rkv_binary();

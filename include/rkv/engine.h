@@ -88,10 +88,18 @@ struct Request {
   SteeringParams steering;  // SkipKV adaptive steering (default: none)
   // The KV cache's dtype (default: the engine's). prepare() fills it in.
   std::optional<KvDtype> kv_dtype;
+  // The last seed_tokens of the prompt stand for tokens already generated (rkv bench
+  // --steady-state starts sequences at staggered depths this way). They are prefilled like the
+  // prompt, but a compressing method takes them in chunks of at most its buffer, compressing
+  // after each (as after a prompt, ALGORITHMS.md 1), so the cache needs only budget + buffer
+  // entries, as it would after generating them. 0: none; at most the prompt's length less one.
+  int seed_tokens = 0;
   std::function<void(const CompressionEvent&)> on_compression;  // traces, case dumps
 };
 
-// A request that passed validation, with its prompt as token ids: what submit() takes.
+// A request that passed validation, with its prompt as token ids and its KV slot sized: what
+// submit() takes, and the only request type past prepare() (the batch engine's sequences hold
+// it as it is).
 struct PreparedRequest {
   Request request;
   std::vector<int> prompt;           // the token ids the model will see

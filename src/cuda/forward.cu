@@ -148,7 +148,11 @@ class CudaOps final : public ForwardOps {
                     d_index_ + static_cast<std::size_t>(layer) * T_, T_, c_.num_kv_heads,
                     c_.head_dim, layer, kv_dtype_, stream_);
   }
-  void attention(int layer, std::span<const ForwardRow> rows, ForwardObserver* observer) override {
+  void attention(int layer, std::span<const ForwardRow> rows, AttentionProbs* probs) override {
+    if (probs != nullptr)
+      throw Error(
+          "the CUDA backend does not hand back attention probabilities (h2o): run with --device "
+          "cpu");
     const float scale = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
     cuda::attention(buf(Act::Q), buf(Act::Attn), d_rows_,
                     d_index_ + static_cast<std::size_t>(layer) * T_, T_, c_.num_heads,

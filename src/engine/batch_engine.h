@@ -1,11 +1,14 @@
-// Continuous batching under a KV memory cap (DESIGN.md property 5, issue "Continuous batching").
+// The scheduler of the continuous batch under a KV memory cap (DESIGN.md property 5): which
+// sequences run, admission, retirement. The pass itself is the model runner's
+// (engine/model_runner.h), compression the sequences' KV memories' (engine/kv_memory.h).
 //
 // Every step is one forward pass that advances every running sequence by one token, with the
 // prompts of newly admitted sequences prefilled in chunks inside the same passes, so the weights
 // are read once per step for all sequences. Each sequence has its own compression method,
 // budget, sampling and stop conditions, and its own fixed-size KV cache (its "slot"): a
 // request is admitted only when its slot fits under the memory cap, so the cap can never be
-// exceeded, and a request whose slot alone exceeds the cap is rejected at submission.
+// exceeded. It takes prepared requests only (rkv::Engine::prepare is where a request is
+// validated and its slot sized).
 #pragma once
 
 #include <cstdint>
@@ -16,7 +19,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "engine/batch_request.h"
+#include "engine/model_runner.h"
 #include "engine/sequence.h"
 #include "model/model.h"
 
@@ -28,14 +31,13 @@ struct BatchEngineOptions {
   std::size_t kv_memory_bytes = 0;
   int max_batch = 0;        // most sequences running at once (0: no limit but the cap)
   int prefill_chunk = 256;  // prompt tokens per step, over all prefilling sequences
-  int context_size = 0;     // 0: the model's max_position_embeddings
-  // The KV cache dtype of requests that name none (none here: the model's default_kv_dtype()).
-  std::optional<KvDtype> kv_dtype;
+  // The tokenizer's ids and text the compression triggers and sentence tracking read.
+  CompressionVocab compression_vocab;
 };
 
 // Throws rkv::Error, naming --device cpu, when `model` runs on a device whose backend cannot run
 // this request: compression other than fullkv, steering, a q8_0 cache (docs/GPU.md). Nothing on
-// the CPU.
+// the CPU. Engine::prepare calls it.
 void check_runs_on_device(const Model& model, const CompressionParams& compression,
                           const SteeringParams& steering, KvDtype kv_dtype);
 
@@ -44,19 +46,15 @@ class BatchEngine {
   BatchEngine(const Model& model, ThreadPool& pool, BatchEngineOptions options);
   ~BatchEngine();
 
-  // Bytes of a sequence's KV slot for this request (its cache at capacity).
-  std::size_t slot_bytes(const BatchRequest& request) const;
-  // The KV cache dtype a request gets.
-  KvDtype kv_dtype(const BatchRequest& request) const;
   // The KV memory cap in force (BatchEngineOptions::kv_memory_bytes, after a device's limit).
   std::size_t kv_memory_bytes() const { return options_.kv_memory_bytes; }
-  // How many sequences like `request` fit under the cap at once (max_batch if no cap).
-  int max_concurrent(const BatchRequest& request) const;
+  // How many sequences with slots like `request`'s fit under the cap at once (max_batch if no
+  // cap).
+  int max_concurrent(const PreparedRequest& request) const;
 
-  // Queues a request. Throws rkv::Error when it is invalid (empty prompt, ids outside the
-  // vocabulary, a prompt that does not fit the context, bad compression settings) or can never
-  // fit under the memory cap; the engine and the other requests are untouched.
-  std::uint64_t submit(BatchRequest request);
+  // Queues a request prepared by rkv::Engine::prepare. Throws rkv::Error only when its slot is
+  // larger than the whole cap (it could never be admitted); the engine is untouched then.
+  std::uint64_t submit(PreparedRequest request, SequenceHooks hooks = {});
 
   // Finishes a request now: a waiting one leaves the queue, a running one frees its slot
   // (stop reason "cancelled"; its result is available at once). Call between steps, from the
@@ -90,9 +88,9 @@ class BatchEngine {
   struct StepPlan {
     std::vector<ForwardRow> rows;
     std::vector<Sequence*> row_seq;
+    std::vector<KvMemory*> row_memory;
     std::size_t n_decode = 0;        // the first n_decode rows are decode rows
     std::vector<Sequence*> seeding;  // still prefilling seed tokens, compressed after the pass
-    std::unique_ptr<CompressionObserver> observer;
   };
   void admit();
   StepPlan schedule();
@@ -100,13 +98,13 @@ class BatchEngine {
   void postprocess(const StepPlan& plan, double step_seconds);
   void retire(Sequence& seq);
   void retire_finished();
-  // compress_after_prefill for a sequence; false (the sequence ended with the error) if it throws.
+  // compress_all_layers for a sequence; false (the sequence ended with the error) if it throws.
   bool compress_or_fail(Sequence& s, std::int64_t tokens);
 
   const Model& model_;
   ThreadPool& pool_;
   BatchEngineOptions options_;
-  ForwardScratch scratch_;
+  ModelRunner runner_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
   std::vector<BatchResult> results_;

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <mutex>
 
-#include "engine/kv_compressor.h"
+#include "engine/kv_memory.h"
 
 namespace rkv {
 

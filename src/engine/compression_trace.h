@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/kv_compressor.h"
+#include "engine/kv_memory.h"
 
 namespace rkv {
 

@@ -1,7 +1,7 @@
 // The token ids compression triggers need, looked up from a tokenizer.
 #pragma once
 
-#include "engine/kv_compressor.h"
+#include "engine/kv_memory.h"
 #include "rkv/tokenizer.h"
 
 namespace rkv {

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "engine/batch_engine.h"
 #include "engine/compression_vocab.h"
+#include "engine/method_needs.h"
 #include "engine/text_stream.h"
 #include "model/model.h"
 #include "rkv/tokenizer.h"
@@ -37,9 +38,8 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, ThreadPool& pool,
   b.kv_memory_bytes = options_.kv_memory_bytes;
   b.max_batch = options_.max_batch;
   b.prefill_chunk = options_.prefill_chunk;
-  b.context_size = options_.context_size;
-  b.kv_dtype = options_.kv_dtype;
-  batch_ = std::make_unique<BatchEngine>(model_, pool_, b);
+  // A dtype that cannot hold the model's head size fails here, not at the first request.
+  if (options_.kv_dtype) kv_row_bytes(*options_.kv_dtype, model_.config().head_dim);
   vocab_ = std::make_unique<Vocab>();
   vocab_->eos_ids = model_.config().eos_token_ids;
   chat_template_ =
@@ -52,6 +52,8 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, ThreadPool& pool,
         vocab_->eos_ids.push_back(id);
     vocab_->think_start_id = tokenizer_->token_id("<think>");
   }
+  b.compression_vocab = vocab_->compression;
+  batch_ = std::make_unique<BatchEngine>(model_, pool_, std::move(b));
   stats_.kv_bytes_cap = options_.kv_memory_bytes;
 }
 
@@ -73,7 +75,7 @@ PreparedRequest Engine::prepare(Request request) const {
                              : "give exactly one prompt: text, chat messages or token ids");
   const bool needs_tokenizer = !request.text.empty() || !request.messages.empty() ||
                                request.decode_text || !request.stop.empty() ||
-                               request.compression.method == Method::skipkv ||
+                               engine_needs(request.compression.method).token_text ||
                                request.steering.enabled();
   if (needs_tokenizer && tokenizer_ == nullptr)
     throw Error(
@@ -136,21 +138,29 @@ PreparedRequest Engine::prepare(Request request) const {
   if (request.steering.enabled())
     check_steering_vector(*request.steering.vector, c, {}, "steering");
 
-  // The slot: what admission will reserve under the cap (SequenceCompressor validates the
-  // method's settings against the vocabulary too).
-  const SequenceCompressor compressor(request.compression, vocab, request.steering);
+  if (request.seed_tokens < 0 || request.seed_tokens >= prompt)
+    throw Error("seed tokens must be between 0 and the prompt's length less one, not " +
+                std::to_string(request.seed_tokens));
+
+  // The slot: what admission will reserve under the cap. Seed tokens count as generated ones:
+  // a compressed cache needs budget + buffer for them.
   p.max_new_tokens = std::min(request.max_new_tokens, context - prompt);
-  p.cache_capacity = compressor.cache_capacity(prompt, p.max_new_tokens);
-  request.kv_dtype =
-      request.kv_dtype.value_or(options_.kv_dtype.value_or(model_.default_kv_dtype()));
+  p.cache_capacity = KvMemory::capacity_for(request.compression, prompt - request.seed_tokens,
+                                            p.max_new_tokens + request.seed_tokens);
+  const KvDtype engine_dtype = options_.kv_dtype.value_or(model_.default_kv_dtype());
+  request.kv_dtype = request.kv_dtype.value_or(engine_dtype);
   check_runs_on_device(model_, request.compression, request.steering, *request.kv_dtype);
-  p.slot_bytes = KvCache::slot_bytes_for(
-      model_.cache_shape(p.cache_capacity, compressor.window(), request.kv_dtype));
-  if (options_.kv_memory_bytes > 0 && p.slot_bytes > options_.kv_memory_bytes)
+  if (model_.device() != Device::Cpu && *request.kv_dtype != engine_dtype)
+    throw Error("on --device cuda every request of a batch uses the engine's KV dtype (" +
+                std::string(kv_dtype_name(engine_dtype)) + "), not " +
+                std::string(kv_dtype_name(*request.kv_dtype)));
+  p.slot_bytes = KvCache::slot_bytes_for(model_.cache_shape(
+      p.cache_capacity, KvMemory::window_for(request.compression), request.kv_dtype));
+  const std::size_t cap = batch_->kv_memory_bytes();
+  if (cap > 0 && p.slot_bytes > cap)
     throw Error("the request needs a KV cache of " + std::to_string(p.slot_bytes) + " bytes (" +
                 std::to_string(p.cache_capacity) +
-                " entries per head), more than the whole KV memory cap of " +
-                std::to_string(options_.kv_memory_bytes) +
+                " entries per head), more than the whole KV memory cap of " + std::to_string(cap) +
                 " bytes: lower the budget or the tokens to generate, or raise the cap");
   p.eos_ids = vocab_->eos_ids;
   const int think_start = vocab_->think_start_id;
@@ -253,22 +263,11 @@ void Engine::drain_inbox() {
       complete(*a, std::move(c));
       continue;
     }
-    const PreparedRequest& p = a->prepared;
-    BatchRequest b;
-    b.prompt = p.prompt;
-    b.max_new_tokens = p.max_new_tokens;
-    b.sampling = p.request.sampling;
-    b.eos_ids = p.eos_ids;
-    b.ignore_eos = p.request.ignore_eos;
-    b.compression = p.request.compression;
-    b.compression_vocab = vocab_->compression;
-    b.steering = p.request.steering;
-    b.kv_dtype = p.request.kv_dtype;
-    if (p.request.on_compression) b.on_compression = p.request.on_compression;
     Active* raw = a.get();
     const int think_start = vocab_->think_start_id;
     const int think_end = vocab_->compression.think_end_id;
-    b.on_token = [this, raw, think_start, think_end](int token) {
+    SequenceHooks hooks;
+    hooks.on_token = [this, raw, think_start, think_end](int token) {
       {
         std::lock_guard lock(mutex_);
         ++stats_.generated_tokens;
@@ -291,7 +290,7 @@ void Engine::drain_inbox() {
       return !(raw->text && raw->text->stopped());
     };
     try {
-      const std::uint64_t batch_id = batch_->submit(std::move(b));
+      const std::uint64_t batch_id = batch_->submit(a->prepared, std::move(hooks));
       active_[batch_id] = std::move(a);
     } catch (const std::exception& e) {
       Completion c;

@@ -1,32 +1,54 @@
-// One sequence of the continuous batch: its request, its KV slot and compressor, its sampler,
-// and where it stands (prefilling, decoding, finished). The batch engine's scheduler reads and
-// advances these; nothing else owns sequence state.
+// One sequence of the continuous batch: its prepared request, its KV memory (the cache and its
+// compression), its sampler, and where it stands (prefilling, decoding, finished). The batch
+// engine's scheduler reads and advances these; nothing else owns sequence state.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "engine/batch_request.h"
-#include "engine/kv_compressor.h"
+#include "engine/kv_memory.h"
 #include "engine/sampler.h"
-#include "kv/kv_cache.h"
+#include "rkv/engine.h"
 
 namespace rkv {
+
+// What the batch engine calls back for one sequence, on the thread that steps.
+struct SequenceHooks {
+  // Called with every generated token (eos excluded); returning false finishes the request.
+  std::function<bool(int token)> on_token;
+  // After each decode step of this sequence: the token's position and the step's wall time in
+  // seconds (the latency-against-position plot).
+  std::function<void(int position, double seconds)> on_step_time;
+};
+
+// What the batch engine gives back for one sequence.
+struct BatchResult {
+  std::uint64_t id = 0;
+  std::vector<int> tokens;
+  std::string stop_reason;  // "eos", "length", "stopped", "cancelled", "error"
+  std::string error;        // "error": what failed (the forward pass that carried the sequence)
+  int prompt_tokens = 0;
+  std::size_t kv_bytes = 0;  // the sequence's slot
+  KvDtype kv_dtype = KvDtype::f32;
+  int cache_capacity = 0;
+  std::int64_t compressions = 0;
+  double compression_seconds = 0.0;
+  std::size_t kv_bytes_used = 0;  // entries held at the end
+  int max_cache_entries = 0;      // most entries a head held after any step
+  double queued_seconds = 0.0, prefill_seconds = 0.0, decode_seconds = 0.0;
+};
 
 struct Sequence {
   using Clock = std::chrono::steady_clock;
 
   std::uint64_t id = 0;
-  BatchRequest request;
-  int max_new = 0;                  // max_new_tokens clipped to the context
-  int capacity = 0;                 // entries per (layer, KV head) of its slot
-  std::size_t slot_bytes = 0;       // the slot's bytes (the cache at capacity)
-  KvDtype kv_dtype = KvDtype::f32;  // what its cache stores keys and values in
-  std::unique_ptr<SequenceCompressor> compressor;
-  std::unique_ptr<KvCache> cache;  // allocated at admission, freed at retirement
+  PreparedRequest request;
+  SequenceHooks hooks;
+  std::unique_ptr<KvMemory> memory;  // its cache allocated at admission, freed at retirement
   std::unique_ptr<Sampler> sampler;
   int prefilled = 0;    // prompt tokens already run
   int next_token = -1;  // sampled and not yet fed to the model
@@ -39,8 +61,10 @@ struct Sequence {
   int max_entries = 0;  // most entries a head held after any step
 
   int prompt_size() const { return static_cast<int>(request.prompt.size()); }
+  int seed_tokens() const { return request.request.seed_tokens; }
+  KvDtype kv_dtype() const { return *request.request.kv_dtype; }
   bool prefilling() const { return prefilled < prompt_size(); }
-  bool admitted_yet() const { return cache != nullptr; }
+  bool admitted_yet() const { return memory->allocated(); }
   void finish(const std::string& reason) {
     finished = true;
     stop_reason = reason;

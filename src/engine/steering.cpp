@@ -44,13 +44,13 @@ struct Fnv1a {
 };
 
 // Captures the output of one decoder layer for chosen positions.
-class LayerCapture : public ForwardObserver {
+class LayerCapture {
  public:
   LayerCapture(int layer, int hidden, const std::vector<std::int32_t>& positions)
       : layer_(layer), hidden_(hidden), positions_(positions) {
     states_.resize(positions.size() * static_cast<std::size_t>(hidden));
   }
-  void after_layer(int layer, std::span<const ForwardRow> rows, float* hidden) override {
+  void after_layer(int layer, std::span<const ForwardRow> rows, const float* hidden) {
     if (layer != layer_) return;
     for (std::size_t r = 0; r < rows.size(); ++r) {
       auto it = std::lower_bound(positions_.begin(), positions_.end(), rows[r].position);
@@ -319,7 +319,10 @@ std::vector<Thought> SteeringCalibration::add_sample(
   LayerCapture capture(layer_, c.hidden_size, positions);
   KvCache cache(model_.cache_shape(static_cast<int>(tokens.size()), 0, kv_dtype_));
   ForwardScratch scratch;
-  prefill(model_, cache, tokens, 0, prefill_chunk, scratch, pool, nullptr, &capture);
+  prefill(model_, cache, tokens, 0, prefill_chunk, scratch, pool, nullptr,
+          [&capture](int layer, std::span<const ForwardRow> rows, const float* hidden) {
+            capture.after_layer(layer, rows, hidden);
+          });
   for (std::size_t i = 0; i < thoughts.size(); ++i) {
     const bool exec = thoughts[i].label == ThoughtLabel::execution;
     std::vector<double>& sum = exec ? execution_sum_ : non_execution_sum_;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kv/kv_cache.h"
 #include "model/config.h"
@@ -22,32 +23,17 @@ struct ForwardRow {
   std::int32_t token = 0;
   std::int32_t position = 0;
   bool want_logits = false;
+  bool want_attention = false;  // hand back this row's attention probabilities (AttentionProbs)
 };
 
-// Callbacks into the forward pass (observers, not forks: DESIGN.md). All are optional.
-class ForwardObserver {
- public:
-  virtual ~ForwardObserver() = default;
-  // Called for every layer after the rows' keys/values have been appended to their caches and
-  // their queries pushed into the query rings, before attention reads the caches: the point
-  // where decode-time compression plugs in (ALGORITHMS.md 1, trigger).
-  virtual void after_kv_append(int layer, std::span<const ForwardRow> rows) {}
-  // Called with the residual stream [rows][hidden] after decoder layer `layer`; may modify it
-  // (SkipKV steering adds a vector here).
-  virtual void after_layer(int layer, std::span<const ForwardRow> rows, float* hidden) {}
-  // Called with the final-norm output [rows][hidden] (SkipKV sentence embeddings).
-  virtual void final_hidden(std::span<const ForwardRow> rows, const float* hidden) {}
-  // Whether attention should hand back its probabilities (H2O accumulation).
-  virtual bool wants_attention_probs() const { return false; }
-  // Attention probabilities of row r, layer, KV head: [G][n] for the cache's first n entries.
-  // Called from worker threads, one call per (row, KV head), never twice for the same pair.
-  virtual void attention_probs(int layer, std::span<const ForwardRow> rows, std::size_t row,
-                               int kv_head, const float* probs, int G, int n) {}
-  // Whether this observer reads or writes the caches' memory or the activations (compression,
-  // steering, sentence embeddings) at the moment of the calls. A backend whose caches and
-  // activations live on a device refuses such an observer; one that answers false has its calls
-  // made with hidden == nullptr there and must not touch the caches' rows.
-  virtual bool needs_host() const { return true; }
+// Attention probabilities a pass hands back for the rows that asked (ForwardRow::
+// want_attention): row r's [kv_heads][G][entries[r]] floats start at data[offset[r]], where
+// entries[r] is how many cache entries it attended to (its own included). Rows that did not ask
+// have entries[r] == 0. H2O accumulates these (ALGORITHMS.md 4); the model only reports them.
+struct AttentionProbs {
+  std::vector<float> data;
+  std::vector<std::size_t> offset;  // [rows]
+  std::vector<int> entries;         // [rows]
 };
 
 // The activations of a forward pass, [rows][width] float32 each, in the backend's memory:
@@ -82,17 +68,18 @@ class ForwardOps {
   virtual void prepare_qkv(int layer) = 0;
   // Each row's K and V into its cache at `layer`, its Q into the cache's query ring.
   virtual void append_kv(int layer, std::span<const ForwardRow> rows) = 0;
-  // Attn = causal attention of each row's Q over its cache (everything up to its own entry),
-  // handing the observer the probabilities when it wants them.
-  virtual void attention(int layer, std::span<const ForwardRow> rows,
-                         ForwardObserver* observer) = 0;
+  // Attn = causal attention of each row's Q over its cache (everything up to its own entry).
+  // With `probs`, the probabilities of the rows with want_attention are written there (a
+  // backend that cannot hand them back throws rkv::Error).
+  virtual void attention(int layer, std::span<const ForwardRow> rows, AttentionProbs* probs) = 0;
   // dst += src.
   virtual void add(Act dst, Act src) = 0;
   // Gate = SiLU(Gate) * Up.
   virtual void silu_mul() = 0;
-  // Whether the activations and caches are in host memory, where observers can reach them.
+  // Whether the activations and caches are in host memory, where the caller can reach them
+  // between steps (steering, sentence embeddings, compression).
   virtual bool on_host() const = 0;
-  // The buffer in host memory, for observers (on_host() backends only, after begin()).
+  // The buffer in host memory (on_host() backends only, after begin()).
   virtual float* host(Act a) = 0;
   // The logits of the rows with want_logits, from `in` (the final norm's output), in row order,
   // into host memory out[n][vocab].
@@ -103,13 +90,53 @@ class ForwardOps {
   virtual void end(std::span<const ForwardRow> rows) {}
 };
 
-// The forward pass (golden models README, "Architecture details"), per layer
-//   h += o_proj(attention(rope(q), rope(k), v)) of input_layernorm(h)
+// The forward pass (golden models README, "Architecture details") as steps the caller drives,
+// per layer
+//   h += o_proj(attention(rope(q), rope(k), v)) of input_layernorm(h)     (append_kv, then attend)
 //   h += down_proj(silu(gate_proj(x)) * up_proj(x)) of post_attention_layernorm(h)
-// then the final norm and lm_head. Validates the rows first (tokens in the vocabulary, room in
-// every cache), so a bad request leaves every sequence as it was. A backend whose activations
-// are not in host memory refuses an observer that needs them (ForwardObserver::needs_host).
+// then the final norm and lm_head (finish). Between append_kv(l) and attend(l) the caller may
+// compact the caches (the engine's KV memory applies compression there, ALGORITHMS.md 1); after
+// attend(l) it may change the residual stream (SkipKV steering). The pass computes and reports:
+// it calls nothing above it and writes no cache but the rows' own appends.
+// The constructor validates the rows (tokens in the vocabulary, room in every cache) before any
+// step, so a bad request leaves every sequence as it was.
+class ForwardPass {
+ public:
+  ForwardPass(const ModelConfig& config, ForwardOps& ops, std::span<const ForwardRow> rows);
+  ForwardPass(const ForwardPass&) = delete;
+  ForwardPass& operator=(const ForwardPass&) = delete;
+
+  int layers() const { return config_.num_layers; }
+  std::span<const ForwardRow> rows() const { return rows_; }
+  // Whether hidden() and final_hidden() are readable (the CPU; not a device backend).
+  bool on_host() const { return on_host_; }
+
+  // Layer l's input norm, q/k/v projections, biases, q/k norms, RoPE, and each row's K and V
+  // appended to its cache (its Q to the cache's query ring).
+  void append_kv(int layer);
+  // Layer l's attention over the caches as they are now, o_proj, residual, MLP, residual. With
+  // `probs`, the attention probabilities of the rows with want_attention go there.
+  void attend(int layer, AttentionProbs* probs = nullptr);
+  // The residual stream [rows][hidden] after the last attend() (host only; null otherwise).
+  float* hidden();
+  // The final norm, and the logits of the rows with want_logits, in row order, into
+  // logits[n][vocab] (host memory; nothing when null). Ends the pass.
+  void finish(float* logits);
+  // The final norm's output [rows][hidden] after finish() (host only; null otherwise).
+  const float* final_hidden();
+
+ private:
+  void expect(int step, const char* what);
+
+  const ModelConfig& config_;
+  ForwardOps& ops_;
+  std::span<const ForwardRow> rows_;
+  bool on_host_;
+  int next_ = 0;  // the next step: 2 * layer (append_kv), 2 * layer + 1 (attend), 2 * layers
+};
+
+// All steps of a pass with nothing between them (logits, tests, benchmarks of the bare model).
 void run_forward(const ModelConfig& config, ForwardOps& ops, std::span<const ForwardRow> rows,
-                 float* logits, ForwardObserver* observer);
+                 float* logits);
 
 }  // namespace rkv

@@ -66,7 +66,11 @@ class Model {
   // order, to `logits` ([n][vocab], host memory). On the CPU, `scratch` holds the activations and
   // `pool` runs the kernels; on a device both are unused, and the passes run one at a time.
   void forward(std::span<const ForwardRow> rows, ForwardScratch& scratch, ThreadPool& pool,
-               float* logits, ForwardObserver* observer = nullptr) const;
+               float* logits) const;
+  // The steps of a pass on the model's device, for a caller that drives the layers itself
+  // (ForwardPass; the engine's model runner). On a device, the returned object holds the device
+  // until it is destroyed.
+  std::unique_ptr<ForwardOps> ops(ForwardScratch& scratch, ThreadPool& pool) const;
 
   // How activations meet the 16-bit weights in every matrix product (kernels::MatmulPrecision):
   // Exact after load; Rounded is llama.cpp's arithmetic (`--matmul-precision llamacpp`). Set it

@@ -63,10 +63,10 @@ void Model::embed(std::int32_t token, float* out) const {
                          static_cast<std::size_t>(token) * H + i);
 }
 
-void run_forward(const ModelConfig& c, ForwardOps& ops, std::span<const ForwardRow> rows,
-                 float* logits, ForwardObserver* observer) {
+ForwardPass::ForwardPass(const ModelConfig& c, ForwardOps& ops, std::span<const ForwardRow> rows)
+    : config_(c), ops_(ops), rows_(rows), on_host_(ops.on_host()) {
   const std::size_t T = rows.size();
-  if (T == 0) return;
+  if (T == 0) throw Error("forward: a pass needs at least one row");
   // Validate before touching any cache, so a bad request leaves every sequence as it was.
   for (std::size_t r = 0; r < T; ++r) {
     const ForwardRow& row = rows[r];
@@ -83,40 +83,68 @@ void run_forward(const ModelConfig& c, ForwardOps& ops, std::span<const ForwardR
                     std::to_string(row.cache->capacity()) + " entries");
     }
   }
-  const bool on_host = ops.on_host();
-  if (!on_host && observer != nullptr && observer->needs_host())
-    throw Error(
-        "KV compression, steering and sentence tracking run on --device cpu only in this build "
-        "(the CUDA backend runs fullkv): run with --device cpu");
-  ops.begin(rows);
+  ops_.begin(rows_);
+}
 
+void ForwardPass::expect(int step, const char* what) {
+  if (next_ != step)
+    throw Error(std::string("forward: ") + what + " out of order (step " + std::to_string(step) +
+                ", expected " + std::to_string(next_) + ")");
+  ++next_;
+}
+
+void ForwardPass::append_kv(int l) {
+  expect(2 * l, "append_kv");
   using P = ForwardOps::Product;
-  const P qkv[] = {{Proj::Q, Act::Q}, {Proj::K, Act::K}, {Proj::V, Act::V}};
-  const P o[] = {{Proj::O, Act::XN}};
-  const P gate_up[] = {{Proj::Gate, Act::Gate}, {Proj::Up, Act::Up}};
-  const P down[] = {{Proj::Down, Act::XN}};
-  for (int l = 0; l < c.num_layers; ++l) {
-    ops.rms_norm(Norm::Input, l, Act::X, Act::XN);
-    ops.project(l, Act::XN, qkv);
-    ops.prepare_qkv(l);
-    ops.append_kv(l, rows);
-    if (observer != nullptr) observer->after_kv_append(l, rows);
-    ops.attention(l, rows, observer);
-    ops.project(l, Act::Attn, o);
-    ops.add(Act::X, Act::XN);
-    ops.rms_norm(Norm::Post, l, Act::X, Act::XN);
-    ops.project(l, Act::XN, gate_up);
-    ops.silu_mul();
-    ops.project(l, Act::Gate, down);
-    ops.add(Act::X, Act::XN);
-    if (observer != nullptr && on_host) observer->after_layer(l, rows, ops.host(Act::X));
-  }
-  ops.rms_norm(Norm::Final, 0, Act::X, Act::XN);
-  if (observer != nullptr && on_host) observer->final_hidden(rows, ops.host(Act::XN));
+  static constexpr P qkv[] = {{Proj::Q, Act::Q}, {Proj::K, Act::K}, {Proj::V, Act::V}};
+  ops_.rms_norm(Norm::Input, l, Act::X, Act::XN);
+  ops_.project(l, Act::XN, qkv);
+  ops_.prepare_qkv(l);
+  ops_.append_kv(l, rows_);
+}
+
+void ForwardPass::attend(int l, AttentionProbs* probs) {
+  expect(2 * l + 1, "attend");
+  using P = ForwardOps::Product;
+  static constexpr P o[] = {{Proj::O, Act::XN}};
+  static constexpr P gate_up[] = {{Proj::Gate, Act::Gate}, {Proj::Up, Act::Up}};
+  static constexpr P down[] = {{Proj::Down, Act::XN}};
+  ops_.attention(l, rows_, probs);
+  ops_.project(l, Act::Attn, o);
+  ops_.add(Act::X, Act::XN);
+  ops_.rms_norm(Norm::Post, l, Act::X, Act::XN);
+  ops_.project(l, Act::XN, gate_up);
+  ops_.silu_mul();
+  ops_.project(l, Act::Gate, down);
+  ops_.add(Act::X, Act::XN);
+}
+
+float* ForwardPass::hidden() {
+  return on_host_ ? ops_.host(Act::X) : nullptr;
+}
+
+void ForwardPass::finish(float* logits) {
+  expect(2 * config_.num_layers, "finish");
+  ops_.rms_norm(Norm::Final, 0, Act::X, Act::XN);
   bool any_logits = false;
-  for (const ForwardRow& row : rows) any_logits = any_logits || row.want_logits;
-  if (any_logits && logits != nullptr) ops.logits(rows, Act::XN, logits);
-  ops.end(rows);
+  for (const ForwardRow& row : rows_) any_logits = any_logits || row.want_logits;
+  if (any_logits && logits != nullptr) ops_.logits(rows_, Act::XN, logits);
+  ops_.end(rows_);
+}
+
+const float* ForwardPass::final_hidden() {
+  return on_host_ && next_ > 2 * config_.num_layers ? ops_.host(Act::XN) : nullptr;
+}
+
+void run_forward(const ModelConfig& c, ForwardOps& ops, std::span<const ForwardRow> rows,
+                 float* logits) {
+  if (rows.empty()) return;
+  ForwardPass pass(c, ops, rows);
+  for (int l = 0; l < c.num_layers; ++l) {
+    pass.append_kv(l);
+    pass.attend(l);
+  }
+  pass.finish(logits);
 }
 
 const kernels::WeightView& projection(const LayerWeights& w, Proj p) {
@@ -246,7 +274,7 @@ class CpuOps final : public ForwardOps {
     }
   }
 
-  void attention(int l, std::span<const ForwardRow> rows, ForwardObserver* observer) override;
+  void attention(int l, std::span<const ForwardRow> rows, AttentionProbs* probs) override;
 
   void add(Act dst, Act src) override {
     float* y = buf(dst);
@@ -329,7 +357,7 @@ class CpuOps final : public ForwardOps {
   std::vector<RowBlock> blocks_;
 };
 
-void CpuOps::attention(int l, std::span<const ForwardRow> rows, ForwardObserver* observer) {
+void CpuOps::attention(int l, std::span<const ForwardRow> rows, AttentionProbs* out) {
   const int D = c_.head_dim, Hkv = c_.num_kv_heads, G = c_.group_size();
   const std::size_t QD = static_cast<std::size_t>(c_.num_heads) * D;
   const std::size_t T = T_;
@@ -342,7 +370,6 @@ void CpuOps::attention(int l, std::span<const ForwardRow> rows, ForwardObserver*
       kernels::attention_rows_fn(KvDtype::f16, precision),
       kernels::attention_rows_fn(KvDtype::q8_0, precision)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const bool want_probs = observer != nullptr && observer->wants_attention_probs();
   std::vector<int>& visible = visible_;
   // Row r sees its cache up to and including its own entry: the cache length minus the rows
   // of its sequence that come after it in this pass.
@@ -350,17 +377,38 @@ void CpuOps::attention(int l, std::span<const ForwardRow> rows, ForwardObserver*
     const bool last_of_seq = r + 1 == T || rows[r + 1].cache != rows[r].cache;
     visible[r] = last_of_seq ? rows[r].cache->length(l) : visible[r + 1] - 1;
   }
+  bool want_probs = false;
+  if (out != nullptr) {
+    // Row r's [Hkv][G][visible[r]] probabilities, for the rows that asked.
+    out->offset.assign(T, 0);
+    out->entries.assign(T, 0);
+    std::size_t total = 0;
+    for (std::size_t r = 0; r < T; ++r) {
+      if (!rows[r].want_attention) continue;
+      want_probs = true;
+      out->offset[r] = total;
+      out->entries[r] = visible[r];
+      total += static_cast<std::size_t>(Hkv) * G * static_cast<std::size_t>(visible[r]);
+    }
+    out->data.resize(total);
+  }
   auto attend = [&](std::size_t r, int h) {
     const int n = visible[r];
-    thread_local std::vector<float> probs;
-    probs.resize(static_cast<std::size_t>(G) * static_cast<std::size_t>(n));
+    const std::size_t size = static_cast<std::size_t>(G) * static_cast<std::size_t>(n);
+    thread_local std::vector<float> scratch;
+    float* probs = nullptr;
+    if (rows[r].want_attention) {
+      probs = out->data.data() + out->offset[r] + static_cast<std::size_t>(h) * size;
+    } else {
+      scratch.resize(size);
+      probs = scratch.data();
+    }
     // Each cache stores its own dtype; the kernel reads it directly.
     const KvCache& cache = *rows[r].cache;
     kernels::attention_fn(cache.dtype(), precision)(
         s_.q.data() + r * QD + static_cast<std::size_t>(h) * G * D, G, D, cache.keys(l, h).data,
         cache.values(l, h).data, n, scale,
-        s_.attn.data() + r * QD + static_cast<std::size_t>(h) * G * D, probs.data());
-    if (want_probs) observer->attention_probs(l, rows, r, h, probs.data(), G, n);
+        s_.attn.data() + r * QD + static_cast<std::size_t>(h) * G * D, probs);
   };
   if (!want_probs) {
     // Consecutive rows of one sequence in blocks (row i of a block sees one more entry than
@@ -397,8 +445,8 @@ void CpuOps::attention(int l, std::span<const ForwardRow> rows, ForwardObserver*
                                                 n0, scale, s_.attn.data() + off, QD, probs.data());
     });
   } else {
-    // The observer accumulates into per-(sequence, head) arrays: one task per (sequence, KV
-    // head) runs that sequence's rows in order, so no two threads touch the same array.
+    // Rows one by one (the one-row kernel hands back its probabilities; each row's output is
+    // bit for bit the blocked kernel's), one task per (sequence, KV head).
     std::vector<std::size_t> seq_begin;
     for (std::size_t r = 0; r < T; ++r)
       if (r == 0 || rows[r].cache != rows[r - 1].cache) seq_begin.push_back(r);
@@ -414,16 +462,52 @@ void CpuOps::attention(int l, std::span<const ForwardRow> rows, ForwardObserver*
 
 }  // namespace
 
-void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& scratch, ThreadPool& pool,
-                    float* logits, ForwardObserver* observer) const {
-  if (device_ops_) {
-    // One forward pass at a time on the device: its activations are the backend's.
-    std::lock_guard<std::mutex> lock(device_mutex_);
-    run_forward(config_, *device_ops_, rows, logits, observer);
-    return;
+namespace {
+
+// A device's steps, one pass at a time: holds the device's lock while the pass lives.
+class LockedOps final : public ForwardOps {
+ public:
+  LockedOps(ForwardOps& ops, std::mutex& mutex) : ops_(ops), lock_(mutex) {}
+  void begin(std::span<const ForwardRow> rows) override { ops_.begin(rows); }
+  void rms_norm(Norm norm, int layer, Act in, Act out) override {
+    ops_.rms_norm(norm, layer, in, out);
   }
-  CpuOps ops(*this, scratch, pool);
-  run_forward(config_, ops, rows, logits, observer);
+  void project(int layer, Act in, std::span<const Product> products) override {
+    ops_.project(layer, in, products);
+  }
+  void prepare_qkv(int layer) override { ops_.prepare_qkv(layer); }
+  void append_kv(int layer, std::span<const ForwardRow> rows) override {
+    ops_.append_kv(layer, rows);
+  }
+  void attention(int layer, std::span<const ForwardRow> rows, AttentionProbs* probs) override {
+    ops_.attention(layer, rows, probs);
+  }
+  void add(Act dst, Act src) override { ops_.add(dst, src); }
+  void silu_mul() override { ops_.silu_mul(); }
+  bool on_host() const override { return ops_.on_host(); }
+  float* host(Act a) override { return ops_.host(a); }
+  void logits(std::span<const ForwardRow> rows, Act in, float* out) override {
+    ops_.logits(rows, in, out);
+  }
+  void end(std::span<const ForwardRow> rows) override { ops_.end(rows); }
+
+ private:
+  ForwardOps& ops_;
+  std::lock_guard<std::mutex> lock_;
+};
+
+}  // namespace
+
+std::unique_ptr<ForwardOps> Model::ops(ForwardScratch& scratch, ThreadPool& pool) const {
+  // One forward pass at a time on the device: its activations are the backend's.
+  if (device_ops_) return std::make_unique<LockedOps>(*device_ops_, device_mutex_);
+  return std::make_unique<CpuOps>(*this, scratch, pool);
+}
+
+void Model::forward(std::span<const ForwardRow> rows, ForwardScratch& scratch, ThreadPool& pool,
+                    float* logits) const {
+  const std::unique_ptr<ForwardOps> steps = ops(scratch, pool);
+  run_forward(config_, *steps, rows, logits);
 }
 
 }  // namespace rkv

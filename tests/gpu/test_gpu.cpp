@@ -338,9 +338,10 @@ TEST(GpuParity, Bf16CacheOnABf16CheckpointNearTheCpuEngine) {
 
 // ---- the engine ----
 
-BatchRequest request(int seed, int prompt_len, int max_new) {
-  BatchRequest r;
-  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(3 + (i * 31 + seed * 97) % 500);
+Request request(int seed, int prompt_len, int max_new) {
+  Request r;
+  for (int i = 0; i < prompt_len; ++i) r.prompt_ids.push_back(3 + (i * 31 + seed * 97) % 500);
+  r.decode_text = false;
   r.max_new_tokens = max_new;
   r.sampling.temperature = 0.0f;
   r.ignore_eos = true;
@@ -358,21 +359,22 @@ TEST(GpuEngine, EverySequenceOfABatchMatchesItsRunAlone) {
     expected.push_back(
         generate_alone(*model, pool, request(static_cast<int>(i), specs[i].first, specs[i].second))
             .tokens);
-  BatchEngineOptions options;
+  EngineOptions options;
   options.prefill_chunk = 16;
-  BatchEngine engine(*model, pool, options);
+  Engine engine(*model, nullptr, pool, options);
   std::map<std::uint64_t, std::size_t> index;
   for (std::size_t i = 0; i < specs.size(); ++i)
-    index[engine.submit(request(static_cast<int>(i), specs[i].first, specs[i].second))] = i;
-  engine.run();
-  for (const auto& r : engine.take_results()) EXPECT_EQ(r.tokens, expected[index.at(r.id)]);
+    index[engine.submit(
+        engine.prepare(request(static_cast<int>(i), specs[i].first, specs[i].second)))] = i;
+  engine.run_until_idle();
+  for (const auto& r : engine.take_completions()) EXPECT_EQ(r.tokens, expected[index.at(r.id)]);
 }
 
 TEST(GpuEngine, CompressionMethodsAreRefusedSayingSo) {
   RKV_REQUIRE_GPU();
   auto model = load_on_gpu(test::self_made_model());
   ThreadPool pool(2);
-  BatchRequest r = request(1, 20, 10);
+  Request r = request(1, 20, 10);
   r.compression = CompressionParams::defaults(Method::rkv);
   r.compression.budget = 16;
   r.compression.buffer = 8;
@@ -397,7 +399,7 @@ TEST(GpuEngine, QuantizedWeightsAndQ8CachesAreRefusedSayingSo) {
   }
   auto model = load_on_gpu(test::self_made_model());
   ThreadPool pool(2);
-  BatchRequest r = request(1, 20, 10);
+  Request r = request(1, 20, 10);
   r.kv_dtype = KvDtype::q8_0;
   EXPECT_THROW(generate_alone(*model, pool, r), Error);
 }

@@ -15,6 +15,7 @@
 #include "core/record_log.h"
 #include "core/svg_plot.h"
 #include "engine/batch_engine.h"
+#include "engine/method_needs.h"
 #include "eval/runner.h"
 #include "kernels/kernels.h"
 #include "kv_options.h"
@@ -48,7 +49,7 @@ double now_seconds() {
 
 // --steady-state: a long continuous run's throughput in a fixed number of steps. `batch` copies
 // of `request` start at staggered depths (sequence i as if it had generated i * gen_len / batch
-// tokens: BatchRequest::seed_tokens), so the batch holds every depth at once, as a run of many
+// tokens: Request::seed_tokens), so the batch holds every depth at once, as a run of many
 // requests does after its start; each sequence that finishes is replaced by a new one at depth 0.
 // A compressed cache holds budget..budget + buffer entries at any depth past the budget, so its
 // seed stops there (plus the depth modulo the buffer, which staggers the compressions). After the
@@ -60,31 +61,32 @@ struct SteadyState {
   double compression_seconds = 0.0;  // spent compressing in the timed steps
 };
 
-SteadyState run_steady_state(const Model& model, ThreadPool& pool,
-                             const BatchEngineOptions& options, const BatchRequest& request,
-                             int batch, int gen_len, int budget, int steps, int vocab) {
+SteadyState run_steady_state(const Model& model, ThreadPool& pool, const Engine& preparer,
+                             const BatchEngineOptions& options, const Request& request, int batch,
+                             int gen_len, int budget, int steps, int vocab) {
   // Large prefill passes, so that the staggered sequences are all under way before the shortest
   // of them finishes.
   BatchEngineOptions o = options;
   o.prefill_chunk = std::max(o.prefill_chunk, 4096);
   BatchEngine engine(model, pool, o);
-  const bool compressed = request.compression.method != Method::fullkv;
+  const bool compressed = engine_needs(request.compression.method).compresses;
   const int buffer = compressed ? request.compression.buffer : 1;
   Rng rng(99);
   std::int64_t produced = 0;
   bool timing = false;
   int not_started = 0;  // sequences that have not produced a token yet
   auto submit_at = [&](int depth) {
-    BatchRequest r = request;
+    Request r = request;
     int seed = depth;
     if (compressed && depth > budget + buffer) seed = budget + buffer + depth % buffer;
     for (int i = 0; i < seed; ++i)
-      r.prompt.push_back(static_cast<int>(rng.next() % static_cast<std::uint64_t>(vocab)));
+      r.prompt_ids.push_back(static_cast<int>(rng.next() % static_cast<std::uint64_t>(vocab)));
     r.seed_tokens = seed;
     r.max_new_tokens = gen_len - depth;
     auto started = std::make_shared<bool>(false);
     ++not_started;
-    r.on_token = [&produced, &timing, &not_started, started](int) {
+    SequenceHooks hooks;
+    hooks.on_token = [&produced, &timing, &not_started, started](int) {
       if (!*started) {
         *started = true;
         --not_started;
@@ -92,7 +94,7 @@ SteadyState run_steady_state(const Model& model, ThreadPool& pool,
       if (timing) ++produced;
       return true;
     };
-    engine.submit(std::move(r));
+    engine.submit(preparer.prepare(std::move(r)), std::move(hooks));
   };
   auto step = [&] {
     engine.step();
@@ -154,8 +156,9 @@ void run(const Args& a) {
   for (int& t : prompt) t = static_cast<int>(rng.next() % static_cast<std::uint64_t>(c.vocab_size));
 
   auto make_request = [&](const std::string& method, int budget, int gen_len) {
-    BatchRequest r;
-    r.prompt = prompt;
+    Request r;
+    r.prompt_ids = prompt;
+    r.decode_text = false;
     r.max_new_tokens = gen_len;
     r.sampling.temperature = 0.0f;
     r.ignore_eos = true;
@@ -212,9 +215,19 @@ void run(const Args& a) {
   std::fprintf(stderr, "%s", table.c_str());
   BatchEngineOptions engine_options;
   engine_options.kv_memory_bytes = cap;
+  // Requests are prepared (validated, their slots sized) by an Engine with the same cap; the
+  // runs step a BatchEngine of their own, to time its steps and read its compression time.
+  EngineOptions preparer_options;
+  preparer_options.kv_memory_bytes = cap;
+  const Engine preparer(*model, nullptr, pool, preparer_options);
+  // A request whose slot exceeds the cap is reported and skipped, not refused.
+  EngineOptions sizing_options = preparer_options;
+  sizing_options.kv_memory_bytes = 0;
+  const Engine sizing_preparer(*model, nullptr, pool, sizing_options);
   for (int gen_len : gen_lens) {
     BatchEngine sizing(*model, pool, engine_options);
-    const std::size_t full_bytes = sizing.slot_bytes(make_request("fullkv", 0, gen_len));
+    const std::size_t full_bytes =
+        sizing_preparer.prepare(make_request("fullkv", 0, gen_len)).slot_bytes;
     for (const auto& method : methods) {
       std::vector<eval::BudgetSpec> method_budgets =
           method == "fullkv" ? std::vector<eval::BudgetSpec>{eval::BudgetSpec{0, 0.0, "-"}}
@@ -222,8 +235,9 @@ void run(const Args& a) {
       for (const auto& b : method_budgets) {
         const int budget =
             b.ratio > 0 ? std::max(1, static_cast<int>(b.ratio * gen_len + 0.5)) : b.tokens;
-        const BatchRequest request = make_request(method, budget, gen_len);
-        const std::size_t slot = sizing.slot_bytes(request);
+        const Request request = make_request(method, budget, gen_len);
+        const PreparedRequest sized = sizing_preparer.prepare(request);
+        const std::size_t slot = sized.slot_bytes;
         if (cap > 0 && slot > cap) {
           std::fprintf(
               stderr, "bench: %s budget %s: one sequence needs %s, more than the cap; skipped\n",
@@ -232,7 +246,7 @@ void run(const Args& a) {
         }
         for (const auto& spec : batch_specs) {
           const int batch =
-              spec == "max" ? sizing.max_concurrent(request) : parse_int_list(spec, "--batch")[0];
+              spec == "max" ? sizing.max_concurrent(sized) : parse_int_list(spec, "--batch")[0];
           if (batch <= 0) continue;
           const json key = {{"gen_len", gen_len},
                             {"method", method},
@@ -250,8 +264,9 @@ void run(const Args& a) {
           std::int64_t produced = 0;
           double t0 = 0.0, wall = 0.0, decode = 0.0, compressing = 0.0;
           if (a.steady_steps > 0) {
-            const SteadyState m = run_steady_state(*model, pool, engine_options, request, batch,
-                                                   gen_len, budget, a.steady_steps, c.vocab_size);
+            const SteadyState m =
+                run_steady_state(*model, pool, preparer, engine_options, request, batch, gen_len,
+                                 budget, a.steady_steps, c.vocab_size);
             produced = m.tokens;
             wall = decode = m.seconds;
             compressing = m.compression_seconds;
@@ -260,13 +275,14 @@ void run(const Args& a) {
             const std::int64_t total = static_cast<std::int64_t>(batch) * gen_len;
             t0 = now_seconds();
             double last_report = t0;
+            const PreparedRequest prepared = preparer.prepare(request);
             for (int i = 0; i < batch; ++i) {
-              BatchRequest r = request;
-              r.on_token = [&produced](int) {
+              SequenceHooks hooks;
+              hooks.on_token = [&produced](int) {
                 ++produced;
                 return true;
               };
-              engine.submit(std::move(r));
+              engine.submit(prepared, std::move(hooks));
             }
             while (engine.step()) {
               const double now = now_seconds();
@@ -344,7 +360,7 @@ void run(const Args& a) {
     for (const auto& method : methods) {
       const int budget = budgets[0].ratio > 0 ? static_cast<int>(budgets[0].ratio * gen_len + 0.5)
                                               : budgets[0].tokens;
-      BatchRequest r = make_request(method, budget, gen_len);
+      const PreparedRequest r = sizing_preparer.prepare(make_request(method, budget, gen_len));
       const int bucket = std::max(1, gen_len / 128);
       PlotSeries s;
       s.name = method == "fullkv" ? "fullkv" : method + " (budget " + std::to_string(budget) + ")";
@@ -357,7 +373,8 @@ void run(const Args& a) {
       }
       double acc = 0.0;
       int count = 0;
-      r.on_step_time = [&](int position, double seconds) {
+      SequenceHooks hooks;
+      hooks.on_step_time = [&](int position, double seconds) {
         acc += seconds;
         if (++count == bucket) {
           s.x.push_back(position);
@@ -369,7 +386,7 @@ void run(const Args& a) {
       std::fprintf(stderr, "bench: latency of one %s sequence over %d tokens...\n", method.c_str(),
                    gen_len);
       BatchEngine engine(*model, pool, {});
-      engine.submit(std::move(r));
+      engine.submit(r, std::move(hooks));
       engine.run();
       if (journal) journal->append({{"config", config}, {"key", key}, {"x", s.x}, {"y", s.y}});
       series.push_back(std::move(s));

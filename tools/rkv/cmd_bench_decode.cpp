@@ -12,7 +12,8 @@
 #include "common.h"
 #include "core/error.h"
 #include "engine/generator.h"
-#include "engine/kv_compressor.h"
+#include "engine/kv_memory.h"
+#include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "kernels/kernels.h"
 #include "kernels/limits.h"
@@ -82,6 +83,7 @@ void setup(CLI::App& app) {
     const KvTokenBytes per_token = KvCache::token_bytes_for(model->cache_shape(1, 0, kv_dtype));
     ThreadPool pool(args->threads);
     ForwardScratch scratch;
+    ModelRunner runner(*model, pool);
     Rng rng(1234);
     auto random_tokens = [&](int n) {
       std::vector<int> t(static_cast<std::size_t>(n));
@@ -174,19 +176,27 @@ void setup(CLI::App& app) {
       std::int64_t compressions = 0;
       int entries = 0;
       for (int rep = 0; rep < args->repetitions; ++rep) {
-        SequenceCompressor compressor(kv_params, {});
-        KvCache cache(model->cache_shape(compressor.cache_capacity(depth, args->n_gen),
-                                         compressor.window(), kv_dtype));
-        compressor.init_cache(cache);
-        CompressionObserver observer(&pool);
-        observer.attach(&cache, &compressor);
+        KvMemory memory(kv_params, {});
+        memory.allocate(model->cache_shape(KvMemory::capacity_for(kv_params, depth, args->n_gen),
+                                           KvMemory::window_for(kv_params), kv_dtype));
+        KvMemory* const memories[] = {&memory};
+        const KvCache& cache = memory.cache();
         if (depth > 0) {
           std::fprintf(stderr, "bench-decode: filling the cache to depth %d...\n", depth);
-          prefill(*model, cache, random_tokens(depth), 0, 512, scratch, pool, nullptr, &observer);
-          compressor.compress_after_prefill(cache, depth, &pool);
+          const std::vector<int> fill = random_tokens(depth);
+          std::vector<ForwardRow> rows;
+          std::vector<KvMemory*> row_memory;
+          for (int begin = 0; begin < depth; begin += 512) {
+            rows.clear();
+            for (int p = begin; p < std::min(depth, begin + 512); ++p)
+              rows.push_back({memory.cache_for_appends(), fill[static_cast<std::size_t>(p)], p});
+            row_memory.assign(rows.size(), &memory);
+            runner.run(rows, row_memory, nullptr);
+          }
+          memory.compress_all_layers(depth, &pool);
         }
         int token = static_cast<int>(rng.next() % static_cast<std::uint64_t>(c.vocab_size));
-        const double compress_before = compressor.compression_seconds();
+        const double compress_before = memory.compression_seconds();
         // Bytes a step reads: every matrix once, and the keys and values its attention reads
         // (the entries held before the step plus the new one, in every layer).
         double bytes = 0.0;
@@ -196,17 +206,17 @@ void setup(CLI::App& app) {
           for (int l = 0; l < c.num_layers; ++l) held += static_cast<std::size_t>(cache.length(l));
           bytes += static_cast<double>(matmuls.bytes) +
                    (static_cast<double>(held) + c.num_layers) * kv_entry_bytes;
-          compressor.begin_decode_step(token, depth + i, cache);
-          ForwardRow row{&cache, token, depth + i, true};
-          model->forward({&row, 1}, scratch, pool, logits.data(), &observer);
+          memory.begin_decode_step(token, depth + i);
+          const ForwardRow row{memory.cache_for_appends(), token, depth + i, true};
+          runner.run({&row, 1}, memories, logits.data());
           token = argmax(logits.data(), c.vocab_size);
         }
         const double elapsed = now_seconds() - t0;
         if (elapsed < best) {
           best = elapsed;
           best_bytes = bytes;
-          best_compress = compressor.compression_seconds() - compress_before;
-          compressions = compressor.compressions();
+          best_compress = memory.compression_seconds() - compress_before;
+          compressions = memory.compressions();
           entries = cache.length(0);
         }
       }

@@ -1,0 +1,146 @@
+// One sequence's KV memory (ALGORITHMS.md 1): the only owner and writer of its KvCache besides
+// the forward pass's appends. It decides when to compress (triggers), plans a compression with
+// the pure policy of rkv/compression.h and applies the plan (KvCache::compact: plan, then
+// apply, as llama.cpp's memory contexts do), keeps H2O's accumulators and G-KV's per-entry
+// state, and holds SkipKV's sentence tracker and steering. It reads what the method needs
+// (window queries, keys, positions, attention probabilities, final hidden states, token text),
+// asked of the method's record by need (MethodInfo::needs), never by the method's name.
+//
+// The engine's model runner (engine/model_runner.h) drives it between the layers of a pass:
+//  - begin_decode_step() before a decode step: the step's input token (its text from
+//    CompressionVocab::token_text for the sentence tracker) decides whether the step compresses;
+//  - compress_layer() between a layer's KV append and its attention when due();
+//  - accumulate() with the attention probabilities of its rows (h2o);
+//  - steer() on the residual stream after the steering layer (a_t * v on a delimiter token);
+//  - observe_final_hidden() with the final norm's output (skipkv sentence embeddings).
+// Prompt rows (prefill) are neither tracked nor steered: sentences are the generated text's.
+// Its settings are the request's after Engine::prepare, the one place they are validated.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/method_needs.h"
+#include "engine/sentence_tracker.h"
+#include "engine/steering.h"
+#include "kv/kv_cache.h"
+#include "rkv/compression.h"
+
+namespace rkv {
+
+// Token ids the triggers need, looked up from the tokenizer (empty when unknown).
+struct CompressionVocab {
+  std::vector<int> newline_ids;  // the line-break tokens of ALGORITHMS.md 1 (`newline` trigger)
+  int think_end_id = -1;         // </think> (`think_only`)
+  // The raw text of a token id ("" for an id without one). skipkv and steering need it: a token
+  // is a sentence delimiter when its text is one of CompressionParams::delimiters, and keywords
+  // are found in the sentence's text (also across token boundaries). Cheap to copy (the
+  // tokenizer's tables are shared).
+  std::function<std::string(int)> token_text;
+};
+
+// One compression, as reported to a trace.
+struct CompressionEvent {
+  std::int64_t step = 0;  // tokens of the sequence processed when it happened
+  int layer = 0;
+  int n_before = 0;
+  const KvCache* cache = nullptr;
+  const Diagnostics* diagnostics = nullptr;  // per head scores (may be empty vectors)
+  const LayerView* view = nullptr;           // the inputs (for --dump-case), before compaction
+  const Selection* selection = nullptr;      // what is kept (indices into the cache before)
+  const CompressionParams* params = nullptr;
+};
+using CompressionListener = std::function<void(const CompressionEvent&)>;
+
+class KvMemory {
+ public:
+  // Entries per (layer, KV head) a sequence's cache needs: budget + buffer (at least the
+  // prompt, which is compressed only after prefill; plus everything after </think> with
+  // think_only); a method that never compresses: prompt + max_new_tokens.
+  static int capacity_for(const CompressionParams& params, int prompt_tokens, int max_new_tokens);
+  // Queries the cache's ring must keep for the method.
+  static int window_for(const CompressionParams& params);
+
+  // `params` and `steering` as Engine::prepare validated them; skipkv and steering need
+  // vocab.token_text (prepare refuses them without a tokenizer).
+  KvMemory(const CompressionParams& params, CompressionVocab vocab, SteeringParams steering = {});
+
+  // Allocates the cache (at admission): shape from the model, capacity from capacity_for().
+  void allocate(const KvCacheShape& shape);
+  bool allocated() const { return cache_ != nullptr; }
+  // The cache, read-only; its writable pointer goes only to the forward pass's rows (appends).
+  const KvCache& cache() const { return *cache_; }
+  KvCache* cache_for_appends() { return cache_.get(); }
+
+  const CompressionParams& params() const { return params_; }
+  bool compresses() const { return method_.compresses; }
+
+  // Before a decode step whose input token is `token` at position `position` (so `position+1`
+  // tokens have been processed once its KV is appended): decides whether this step compresses.
+  void begin_decode_step(int token, std::int64_t position);
+  // Whether the current decode step compresses (every layer, between its append and attention).
+  bool due() const { return due_; }
+  // Plans and applies one compression of `layer` now (when the policy says n_all warrants it).
+  void compress_layer(int layer, std::int64_t seq_len, ThreadPool* pool);
+  // After a prompt (or a chunk of seed tokens) of `tokens`: compresses every layer once when it
+  // exceeds the budget (ALGORITHMS.md 1, prefill).
+  void compress_all_layers(std::int64_t tokens, ThreadPool* pool);
+
+  // Whether the runner must hand it every row's attention probabilities (h2o).
+  bool wants_attention() const { return method_.step_attention; }
+  // H2O: adds one query token's attention probabilities ([G][n]) of (layer, kv_head) into the
+  // per-entry accumulators.
+  void accumulate(int layer, int kv_head, const float* probs, int G, int n);
+
+  // ---- SkipKV ----
+  // Whether the runner must hand it the final norm's output (skipkv's sentence embeddings).
+  bool wants_final_hidden() const { return method_.final_hidden; }
+  const SteeringParams& steering() const { return steering_; }
+  bool steers() const { return steering_.enabled(); }
+  // Whether it reads or writes host memory during a pass (compression, steering, embeddings):
+  // a device backend cannot serve it.
+  bool needs_host() const { return compresses() || steers() || wants_final_hidden(); }
+  // The sentence tracker (null unless skipkv or steering).
+  const SentenceTracker* sentences() const { return sentences_.get(); }
+  // Final-layer hidden state [hidden_size] of this sequence's row at `position`: taken when it
+  // is the current decode token (begin_decode_step), ignored otherwise.
+  void observe_final_hidden(std::int32_t position, const float* hidden, int hidden_size);
+  // Steering: adds a_t * v to `hidden` [hidden_size] (the output of `layer` for this sequence's
+  // row at `position`) when layer is the vector's layer, position the current decode token's
+  // and that token a delimiter. Returns a_t when applied, 0 otherwise. a_t = 0 adds nothing, so
+  // a0 = gamma = 0 reproduces the unsteered computation bit for bit.
+  float steer(int layer, std::int32_t position, float* hidden, int hidden_size) const;
+
+  void set_listener(CompressionListener listener) { listener_ = std::move(listener); }
+  std::int64_t compressions() const { return compressions_; }
+  double compression_seconds() const { return compression_seconds_; }
+
+ private:
+  void forget_evicted_sentences();
+
+  CompressionParams params_;
+  EngineMethodNeeds method_;
+  CompressionVocab vocab_;
+  SteeringParams steering_;
+  std::unique_ptr<KvCache> cache_;  // [layers][kv_heads][capacity] rows; null until admitted
+  std::unique_ptr<SentenceTracker> sentences_;
+  bool due_ = false;
+  bool think_done_ = false;
+  std::int64_t seq_len_ = 0;
+  std::int64_t decode_position_ = -1;  // position of the current decode step's input token
+  bool decode_token_is_delimiter_ = false;
+  std::int64_t compressions_ = 0;
+  std::int64_t compressions_seen_ = 0;  // compressions_ when sentences were last pruned
+  double compression_seconds_ = 0.0;
+  CompressionListener listener_;
+  std::vector<float> queries_;  // scratch: window queries
+  // scratch: [kv_heads][n_all][head_dim] float32 keys of a cache stored in another dtype
+  std::vector<std::vector<float>> keys_f32_;
+  std::vector<std::uint8_t> cached_;  // scratch: which positions some (layer, head) holds
+};
+
+}  // namespace rkv
