@@ -236,6 +236,10 @@ TEST_F(ServerTest, AFullQueueAnswers429AndBadRequestsGetErrorObjects) {
     const json err = json::parse(res->body)["error"];
     EXPECT_TRUE(err["message"].is_string() && !err["message"].get<std::string>().empty());
     EXPECT_EQ(err["type"], "invalid_request_error");
+    // Settings that parse but mean nothing together are refused by Engine::prepare, the one
+    // place a request is validated, which names the field.
+    if (text.find("\"budget\": 2") != std::string::npos) EXPECT_EQ(err["param"], "kv") << res->body;
+    if (text.find("99999") != std::string::npos) EXPECT_EQ(err["param"], "prompt") << res->body;
   }
   // Browsers' preflight requests are answered, and every response allows other origins.
   auto preflight = client.Options("/v1/chat/completions");

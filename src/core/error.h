@@ -1,16 +1,5 @@
-// Errors a user can act on. Every failure that comes from input (a file, a flag, a request)
-// is an rkv::Error whose message names the thing at fault; the program reports it and exits
-// (or the server answers 400) instead of crashing.
+// rkv::Error and rkv::RequestError are public (include/rkv/error.h): the library's API throws
+// them.
 #pragma once
 
-#include <stdexcept>
-#include <string>
-
-namespace rkv {
-
-class Error : public std::runtime_error {
- public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
-};
-
-}  // namespace rkv
+#include "rkv/error.h"

@@ -112,8 +112,10 @@ PreparedRequest Engine::prepare(Request request) const {
   }
   for (int id : p.prompt)
     if (id < 0 || id >= c.vocab_size)
-      throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary (size " +
-                  std::to_string(c.vocab_size) + ")");
+      throw RequestError("prompt token id " + std::to_string(id) +
+                             " is outside the vocabulary (size " + std::to_string(c.vocab_size) +
+                             ")",
+                         "prompt");
   if (request.max_new_tokens < 0) throw Error("the number of tokens to generate must be >= 0");
   const int context = context_size();
   const int prompt = static_cast<int>(p.prompt.size());
@@ -127,14 +129,26 @@ PreparedRequest Engine::prepare(Request request) const {
                 std::to_string(prompt) + " in the prompt, " +
                 std::to_string(request.max_new_tokens) +
                 " to generate): lower the number of tokens to generate or shorten the prompt");
-  request.sampling.validate();
-  request.compression.validate();
-  request.steering.validate();
+  // The settings' own checks, each naming the request field it concerns (the server's `param`).
+  const auto checked = [](const char* field, const auto& settings) {
+    try {
+      settings.validate();
+    } catch (const RequestError&) {
+      throw;
+    } catch (const Error& e) {
+      throw RequestError(e.what(), field);
+    }
+  };
+  checked("", request.sampling);
+  checked("kv", request.compression);
+  checked("", request.steering);
   const CompressionVocab& vocab = vocab_->compression;
   if (request.compression.trigger == Trigger::newline && vocab.newline_ids.empty())
-    throw Error("the newline trigger needs the tokenizer's line-break tokens, and none were found");
+    throw RequestError(
+        "the newline trigger needs the tokenizer's line-break tokens, and none were found", "kv");
   if (request.compression.think_only && vocab.think_end_id < 0)
-    throw Error("think-only compression needs a </think> token, and the tokenizer has none");
+    throw RequestError("think-only compression needs a </think> token, and the tokenizer has none",
+                       "kv");
   if (request.steering.enabled())
     check_steering_vector(*request.steering.vector, c, {}, "steering");
 

@@ -215,7 +215,8 @@ CompressionParams parse_kv_object(const json& kv, const CompressionParams& defau
       }
       p.set(name, text);
     }
-    p.validate();
+    // What the settings mean together (budget against window, ...) is checked by
+    // Engine::prepare, which names "kv" as the field.
   } catch (const Error& e) {
     throw ApiError(400, std::string("kv: ") + e.what(), "kv");
   }
@@ -387,11 +388,6 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
     r.kv_dtype = parse_kv_dtype_field(*kv);
   }
   r.steering = defaults.steering;
-  try {
-    r.sampling.validate();
-  } catch (const Error& e) {
-    bad("", e.what());
-  }
   return out;
 }
 

@@ -472,6 +472,8 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
   parsed.request.decode_text = true;
   try {
     prepared.push_back(engine_ref.prepare(parsed.request));
+  } catch (const RequestError& e) {
+    throw ApiError(400, e.field() == "kv" ? "kv: " + std::string(e.what()) : e.what(), e.field());
   } catch (const Error& e) {
     throw ApiError(400, e.what());
   }
