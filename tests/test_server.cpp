@@ -238,8 +238,12 @@ TEST_F(ServerTest, AFullQueueAnswers429AndBadRequestsGetErrorObjects) {
     EXPECT_EQ(err["type"], "invalid_request_error");
     // Settings that parse but mean nothing together are refused by Engine::prepare, the one
     // place a request is validated, which names the field.
-    if (text.find("\"budget\": 2") != std::string::npos) EXPECT_EQ(err["param"], "kv") << res->body;
-    if (text.find("99999") != std::string::npos) EXPECT_EQ(err["param"], "prompt") << res->body;
+    if (text.find("\"budget\": 2") != std::string::npos) {
+      EXPECT_EQ(err["param"], "kv") << res->body;
+    }
+    if (text.find("99999") != std::string::npos) {
+      EXPECT_EQ(err["param"], "prompt") << res->body;
+    }
   }
   // Browsers' preflight requests are answered, and every response allows other origins.
   auto preflight = client.Options("/v1/chat/completions");
