@@ -68,7 +68,7 @@ SteadyState run_steady_state(const Model& model, ThreadPool& pool,
   BatchEngineOptions o = options;
   o.prefill_chunk = std::max(o.prefill_chunk, 4096);
   BatchEngine engine(model, pool, o);
-  const bool compressed = request.compression.method != Method::fullkv;
+  const bool compressed = request.compression.info().compresses;
   const int buffer = compressed ? request.compression.buffer : 1;
   Rng rng(99);
   std::int64_t produced = 0;
