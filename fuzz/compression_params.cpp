@@ -1,4 +1,4 @@
-// Fuzzes the compression parameter text (src/compress/params.cpp, presets.cpp;
+// Fuzzes the compression parameter text (src/compress/params.cpp, registry.cpp, names.cpp;
 // include/rkv/compression.h): CompressionParams::set with arbitrary name/value pairs, validate,
 // budget_for, to_json, format_text_list, and parse_method / parse_smoothing / parse_trigger.
 // Input: lines "name=value" (the first line may instead name a method preset: "@rkv").

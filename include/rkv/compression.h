@@ -32,12 +32,22 @@ class ThreadPool;
 
 // ---- methods and parameters ---------------------------------------------------------------------
 
+// The methods. Each has one record in its own file, src/compress/methods/<name>.cpp, listed in
+// the registry (src/compress/registry.cpp, in this order); adding a method is one value here, one
+// file and one registry row (docs/ARCHITECTURE.md, "Adding a method"). Outside src/compress and
+// this header nothing names a value: the engine, server and tools ask the record (method_info,
+// CompressionParams::info) for what they need, by name or by property.
 enum class Method { fullkv, streamingllm, h2o, snapkv, rkv, gkv, skipkv, random };
 // G-KV's global-score smoothing (ALGORITHMS.md 4, `gkv`). `none` turns the score cache off (and
 // with it the max-normalisations), as G-KV's `enable_score_cache=False` does.
 enum class Smoothing { none, max, mean, sum };
 // When the engine compresses (ALGORITHMS.md 1): every `buffer` tokens, or on line-break tokens.
 enum class Trigger { every_buffer, newline };
+
+// When a method decides what to keep. per_layer: as each layer's keys are appended, from that
+// layer alone (every method today). whole_pass: once per step for all layers together, after the
+// last layer of the forward pass (TriAttention, issue 35; no method uses it yet).
+enum class Timing { per_layer, whole_pass };
 
 // Names as used on the command line and in JSON ("rkv", "gkv", "max", "every-buffer", ...).
 // The parse functions throw rkv::Error naming the accepted values.
@@ -47,6 +57,14 @@ Smoothing parse_smoothing(std::string_view name);
 std::string_view smoothing_name(Smoothing smoothing);
 Trigger parse_trigger(std::string_view name);
 std::string_view trigger_name(Trigger trigger);
+
+struct MethodInfo;
+
+// Per-entry policy state value meaning "none" (e.g. a gkv entry without a global score yet).
+inline constexpr float kNoState = std::numeric_limits<float>::quiet_NaN();
+inline bool has_state(float value) {
+  return !std::isnan(value);
+}
 
 // Every parameter of ALGORITHMS.md 1, 4 and 5. Member defaults are the `rkv` method's; use
 // CompressionParams::defaults(method) for another method's preset (e.g. gkv: window 16,
@@ -88,6 +106,13 @@ struct CompressionParams {
 
   // The preset of `method`: its defaults as listed by method_table().
   static CompressionParams defaults(Method method);
+  // The same by the method's name ("rkv"); throws rkv::Error naming the methods for another.
+  static CompressionParams defaults(std::string_view method_name);
+  // No compression: the preset of the method whose record says compresses = false (fullkv).
+  static CompressionParams none();
+
+  // The record of `method` (method_info(method)): what the engine asks instead of the name.
+  const MethodInfo& info() const;
 
   // Throws rkv::Error naming the first invalid setting.
   void validate() const;
@@ -117,43 +142,72 @@ std::span<const ParamInfo> compression_param_table();
 // backslashes, newlines, tabs and carriage returns escaped.
 std::string format_text_list(const std::vector<std::string>& items);
 
-// What a method's stages read, checked against each LayerView before scoring (a composition can
-// never silently read data the caller did not provide).
+// What a method reads, checked against each LayerView before scoring (a composition can never
+// silently read data the caller did not provide), and what the engine must provide for it.
 struct StageNeeds {
   bool window_queries = false;  // LayerView::queries
   bool keys = false;            // LayerView::keys
-  bool entry_state = false;     // LayerView::state (required, not just used when present)
+  bool entry_state = false;     // LayerView::state required: a view without it is an error (h2o)
   bool step_attention = false;  // accumulate_h2o() after every decoding step
   bool positions = false;       // LayerView::positions (skipkv: the sentence of each entry)
+  // LayerView::state is read when given: the engine passes the cache's per-entry state (gkv: the
+  // previous global scores; h2o: the accumulators). Implied by entry_state.
+  bool reads_entry_state = false;
+  // The text of every token (sentence boundaries and keywords): the engine needs the tokenizer.
+  bool token_text = false;
+  // Sentence embeddings from the final hidden states (skipkv: the mean over each sentence's
+  // tokens, whose cosines give LayerView::position_penalty). Implies token_text and positions.
+  bool final_hidden = false;
 };
 
-// The typed method table ("presets are data"): `rkv methods` prints it.
+// A method's record ("presets are data"): `rkv methods` prints the table. Each record is built in
+// its own file, src/compress/methods/<name>.cpp; the parts the compress library keeps to itself
+// (the stages it runs, its own validation) are in src/compress/registry.h.
 struct MethodInfo {
-  Method method;
+  Method method = Method::fullkv;
   std::string_view name;
   std::string_view summary;
   std::string_view spec;  // sections of ALGORITHMS.md
   StageNeeds needs;
   // True for methods that follow the R-KV reference's `n_all >= budget` test (only matters in
   // score_and_select; compress_layer always uses spec 1's `n_all > budget`).
-  bool reference_compresses_at_budget;
+  bool reference_compresses_at_budget = false;
   CompressionParams defaults;
   // The parameters (compression_param_table names) this method reads; the others are ignored.
+  // A method that reads `window` keeps that many recent entries: validate() wants budget > window
+  // and compress_layer at least `window` entries.
   std::vector<std::string_view> params;
+  // False only for a method that never evicts (fullkv): the engine sizes its cache for the whole
+  // sequence and never plans a compression.
+  bool compresses = true;
+  // The per-entry state of a new cache entry (gkv: kNoState, no global score yet; else 0, where
+  // h2o's accumulators start).
+  float initial_state = 0.0f;
+  Timing timing = Timing::per_layer;
+  // Whether `rkv generate --dump-case` can write its compressions as golden case files: only
+  // methods without per-entry state or sentence penalties, which the case format cannot hold.
+  bool case_dump = false;
+  // The HeadDiagnostics vectors its compressions may fill (traces, policy-run, case dumps), by
+  // member name in declaration order; others stay empty. gkv fills shift_std and local_shifted
+  // only with shift_gamma, local_normalized only with a score cache, old_score only with state.
+  std::vector<std::string_view> trace_fields;
+
+  bool reads(std::string_view param) const;
 };
+// The records in registry order (the enum's).
 std::span<const MethodInfo> method_table();
 const MethodInfo& method_info(Method method);
-// The table as JSON: [{"name", "summary", "spec", "needs", "defaults": {...}}, ...], where
+// By name; throws rkv::Error naming the methods for an unknown one.
+const MethodInfo& method_info(std::string_view name);
+// The table as JSON: [{"name", "summary", "spec", "needs", "defaults": {...}, "compresses",
+// "initial_state" (null: kNoState), "timing", "case_dump", "trace_fields"}, ...], where
 // "defaults" lists only the parameters the method reads.
 std::string methods_json();
+// The table as the Markdown table docs/METHODS.md shows (`rkv methods --markdown`; a test checks
+// that the document holds exactly this text).
+std::string methods_markdown();
 
 // ---- the view, the result -----------------------------------------------------------------------
-
-// Per-entry policy state value meaning "none" (e.g. a gkv entry without a global score yet).
-inline constexpr float kNoState = std::numeric_limits<float>::quiet_NaN();
-inline bool has_state(float value) {
-  return !std::isnan(value);
-}
 
 // One layer of one sequence. All KV heads hold n_all entries, oldest first; the window is the
 // last `window` entries. Pointers are borrowed for the duration of the call.

@@ -7,7 +7,7 @@
 //   rkv::Request r;
 //   r.messages = {{"user", "What is 17*24?"}};
 //   r.max_new_tokens = 4096;
-//   r.compression = rkv::CompressionParams::defaults(rkv::Method::rkv);
+//   r.compression = rkv::CompressionParams::defaults("rkv");
 //   engine.submit(engine.prepare(r), {.on_token = [](const rkv::TokenEvent& e) {
 //     std::fwrite(e.text.data(), 1, e.text.size(), stdout); }, .on_done = {}});
 //   engine.run_until_idle();                       // or engine.start(): a thread of its own
@@ -84,7 +84,7 @@ struct Request {
   std::vector<std::string> stop;  // stop strings: the text ends before the first one found
   bool ignore_eos = false;
   bool decode_text = true;  // stream text (needs a tokenizer); false: token ids only
-  CompressionParams compression = CompressionParams::defaults(Method::fullkv);
+  CompressionParams compression = CompressionParams::none();
   SteeringParams steering;  // SkipKV adaptive steering (default: none)
   // The KV cache's dtype (default: the engine's). prepare() fills it in.
   std::optional<KvDtype> kv_dtype;

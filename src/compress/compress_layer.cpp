@@ -2,7 +2,7 @@
 // trigger rule, and run the method's pipeline on every KV head (in parallel with a pool).
 #include <string>
 
-#include "compress/pipeline.h"
+#include "compress/registry.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "rkv/compression.h"
@@ -29,7 +29,8 @@ void check_view(const LayerView& v, const CompressionParams& p) {
                   std::to_string(size) + shape());
     }
   };
-  const StageNeeds& needs = method_info(p.method).needs;
+  const MethodInfo& info = method_info(p.method);
+  const StageNeeds& needs = info.needs;
   per_head(v.keys.size(), "keys", needs.keys);
   per_head(v.positions.size(), "positions", needs.positions);
   for (int h = 0; h < static_cast<int>(v.positions.size()); ++h) {
@@ -50,8 +51,8 @@ void check_view(const LayerView& v, const CompressionParams& p) {
                   " needs per-entry state (accumulators) for KV head " + std::to_string(h));
     }
   }
-  const bool scored = p.method != Method::fullkv && p.method != Method::streamingllm;
-  if (scored && v.n_all < p.window) {
+  // A method that keeps a window of recent entries needs at least that many.
+  if (info.reads("window") && v.n_all < p.window) {
     throw Error("compression view: fewer entries than the window" + shape());
   }
   if (needs.window_queries) {
@@ -69,11 +70,12 @@ void check_view(const LayerView& v, const CompressionParams& p) {
 
 Selection run(const LayerView& view, const CompressionParams& params, int budget, Diagnostics* diag,
               ThreadPool* pool) {
-  const compress::Pipeline pipeline = compress::pipeline_for(params);
+  const compress::MethodRecord& record = compress::method_record(params.method);
+  const compress::Pipeline pipeline = record.stages(params);
   // h2o reads no queries: its "window" is just the recent entries it protects.
   LayerView local_view;
   const LayerView* v = &view;
-  if (!method_info(params.method).needs.window_queries && view.window != params.window) {
+  if (!record.info.needs.window_queries && view.window != params.window) {
     local_view = view;
     local_view.window = params.window;
     v = &local_view;
@@ -104,7 +106,7 @@ std::int64_t effective_len(const LayerView& view) {
 }  // namespace
 
 bool should_compress(int n_all, const CompressionParams& params, std::int64_t seq_len) {
-  if (params.method == Method::fullkv) return false;
+  if (!method_info(params.method).compresses) return false;
   return n_all > params.budget_for(seq_len > 0 ? seq_len : n_all);
 }
 
@@ -125,7 +127,7 @@ Selection score_and_select(const LayerView& view, const CompressionParams& param
     throw Error("score_and_select: " + std::to_string(view.n_all) +
                 " entries, fewer than the budget " + std::to_string(budget));
   }
-  if (params.method == Method::fullkv) return Selection{};
+  if (!method_info(params.method).compresses) return Selection{};
   return run(view, params, budget, diag, pool);
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "compress/registry.h"
 #include "core/error.h"
 #include "rkv/compression.h"
 
@@ -17,9 +18,9 @@ constexpr int kMaxEntries = 1 << 24;  // keeps budget + buffer and n_all * head_
 constexpr std::size_t kMaxListItems = 256;  // delimiters / keywords
 constexpr std::size_t kMaxListText = 256;   // bytes of one delimiter / keyword
 
+// The method's help lists the registry's methods (compression_param_table fills it in).
 constexpr ParamInfo kParams[] = {
-    {"method", "--kv-method",
-     "compression method: fullkv|streamingllm|h2o|snapkv|rkv|gkv|skipkv|random"},
+    {"method", "--kv-method", "compression method"},
     {"budget", "--kv-budget", "entries kept per KV head after a compression, window included"},
     {"buffer", "--kv-buffer", "new tokens accepted between two compressions"},
     {"window", "--kv-window", "observation window: recent queries used for scoring, never evicted"},
@@ -155,11 +156,23 @@ std::string num(float v) {
 }  // namespace
 
 std::span<const ParamInfo> compression_param_table() {
-  return kParams;
+  static const std::string method_help = [] {
+    std::string names;
+    for (const auto& info : method_table())
+      names += (names.empty() ? "" : "|") + std::string(info.name);
+    return std::string(kParams[0].help) + ": " + names;
+  }();
+  static const std::vector<ParamInfo> table = [] {
+    std::vector<ParamInfo> t(std::begin(kParams), std::end(kParams));
+    t.front().help = method_help;
+    return t;
+  }();
+  return table;
 }
 
 void CompressionParams::validate() const {
-  const std::string m = " (kv method " + std::string(method_name(method)) + ")";
+  const compress::MethodRecord& record = compress::method_record(method);
+  const std::string m = " (kv method " + std::string(record.info.name) + ")";
   require(budget >= 1 && budget <= kMaxEntries, "kv budget must be in [1, " +
                                                     std::to_string(kMaxEntries) + "], got " +
                                                     std::to_string(budget) + m);
@@ -167,14 +180,11 @@ void CompressionParams::validate() const {
                                                     std::to_string(kMaxEntries) + "], got " +
                                                     std::to_string(buffer) + m);
   require(window >= 1, "kv window must be at least 1, got " + std::to_string(window) + m);
-  const bool uses_window = method != Method::fullkv && method != Method::streamingllm;
-  require(!uses_window || budget > window, "kv budget (" + std::to_string(budget) +
-                                               ") must be larger than the window (" +
-                                               std::to_string(window) + ")" + m);
-  // Only streamingllm keeps sinks; other methods ignore the setting.
-  require(method != Method::streamingllm || (sinks >= 0 && sinks < budget),
-          "kv sinks must be in [0, budget = " + std::to_string(budget) + "), got " +
-              std::to_string(sinks) + m);
+  // A method that keeps a window of recent entries must keep more than that.
+  require(!record.info.reads("window") || budget > window,
+          "kv budget (" + std::to_string(budget) + ") must be larger than the window (" +
+              std::to_string(window) + ")" + m);
+  if (record.validate != nullptr) record.validate(*this, m);
   require(kernel >= 1 && kernel % 2 == 1 && kernel <= 1023,
           "kv kernel must be an odd number in [1, 1023] (same-size pooling), got " +
               std::to_string(kernel) + m);

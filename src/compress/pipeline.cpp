@@ -1,71 +1,10 @@
-// The presets as stage compositions (ALGORITHMS.md 4), and the per-head pipeline runner.
+// The per-head pipeline runner: the stages a method's Pipeline names, in order, on one KV head.
 #include "compress/pipeline.h"
 
 #include <algorithm>
 #include <vector>
 
 namespace rkv::compress {
-
-Pipeline pipeline_for(const CompressionParams& p) {
-  Pipeline s;
-  s.threshold = p.threshold;
-  switch (p.method) {
-    case Method::fullkv:
-      s.select = Pipeline::Select::keep_all;
-      break;
-    case Method::streamingllm:
-      s.select = Pipeline::Select::sinks_recent;
-      s.sinks = p.sinks;
-      break;
-    case Method::h2o:
-      s.select = Pipeline::Select::top_k;
-      s.accumulated = true;
-      s.carry_state = true;
-      break;
-    case Method::snapkv:
-      s.select = Pipeline::Select::top_k;
-      s.attention = Pipeline::Attention::rkv;
-      s.pool_kernel = p.kernel;
-      break;
-    case Method::rkv:
-      s.select = Pipeline::Select::top_k;
-      s.attention = Pipeline::Attention::rkv;
-      s.pool_kernel = p.kernel;
-      s.redundancy = true;
-      s.lambda = p.lambda;
-      break;
-    case Method::skipkv:
-      // R-KV's score with SkipKV's mix weight sigma, then the sentence penalty (ALGORITHMS.md 5).
-      s.select = Pipeline::Select::top_k;
-      s.attention = Pipeline::Attention::rkv;
-      s.pool_kernel = p.kernel;
-      s.redundancy = true;
-      s.lambda = p.sigma;
-      s.sentence_penalty = true;
-      break;
-    case Method::gkv: {
-      // G-KV normalises (local and redundancy) only with its score cache on (README 6.3, 7.2).
-      const bool cache = p.smoothing != Smoothing::none;
-      s.select = Pipeline::Select::top_k;
-      s.attention = Pipeline::Attention::gkv;
-      s.shift_gamma = p.shift_gamma;
-      s.normalize_local = cache && !p.disable_norm;
-      s.smoothing = p.smoothing;
-      s.decay = p.decay;
-      s.pool_kernel = p.pooling ? p.kernel : 1;
-      s.redundancy = p.redundancy;
-      s.normalize_redundancy = cache && !p.disable_norm;
-      s.lambda = p.lambda;
-      s.store_global = cache;
-      break;
-    }
-    case Method::random:
-      s.select = Pipeline::Select::random;
-      s.seed = p.seed;
-      break;
-  }
-  return s;
-}
 
 namespace {
 

@@ -1,6 +1,7 @@
-// A scoring pipeline: which stages run, in which configuration. Each method preset is one
-// Pipeline value (pipeline_for); run_head executes a pipeline on one KV head. A new method is a
-// new configuration here (or one new stage), never a new copy of the loop (DESIGN.md 4).
+// A scoring pipeline: which stages run, in which configuration. Each method's record builds its
+// Pipeline value (MethodRecord::stages, src/compress/methods/); run_head executes a pipeline on
+// one KV head. A new method is a new configuration (or one new stage), never a new copy of the
+// loop (DESIGN.md 4).
 #pragma once
 
 #include <optional>
@@ -32,8 +33,6 @@ struct Pipeline {
   bool store_global = false;      // new state = global score (candidates), none (window)
   bool carry_state = false;       // new state = the entry's own state
 };
-
-Pipeline pipeline_for(const CompressionParams& params);
 
 struct HeadResult {
   std::vector<std::int32_t> kept;

@@ -47,7 +47,7 @@ void check_runs_on_device(const Model& model, const CompressionParams& compressi
   if (model.device() == Device::Cpu) return;
   // The CUDA backend runs the forward pass and fullkv caches; compression, steering and a q8_0
   // cache run on the CPU only in this build (docs/GPU.md).
-  if (compression.method != Method::fullkv || steering.enabled())
+  if (compression.info().compresses || steering.enabled())
     throw Error("--kv-method " + std::string(method_name(compression.method)) +
                 (steering.enabled() ? " with steering" : "") +
                 " runs on --device cpu only: the CUDA backend runs fullkv (docs/GPU.md)");

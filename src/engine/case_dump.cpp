@@ -2,6 +2,8 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string_view>
+#include <vector>
 
 #include "core/error.h"
 
@@ -11,10 +13,17 @@ using nlohmann::json;
 
 CaseDumper::CaseDumper(const std::filesystem::path& dir, Method method, int limit)
     : dir_(dir), limit_(limit) {
-  if (method != Method::streamingllm && method != Method::snapkv && method != Method::rkv)
-    throw Error("--dump-case supports streamingllm, snapkv and rkv; " +
-                std::string(method_name(method)) +
+  if (!method_info(method).case_dump) {
+    // The methods whose records say the golden case format can hold them: "a, b and c".
+    std::vector<std::string_view> names;
+    for (const MethodInfo& info : method_table())
+      if (info.case_dump) names.push_back(info.name);
+    std::string list;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      list += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + std::string(names[i]);
+    throw Error("--dump-case supports " + list + "; " + std::string(method_name(method)) +
                 " carries per-entry state that the case format cannot hold");
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error(dir.string() + ": cannot create the case directory: " + ec.message());

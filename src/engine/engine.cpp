@@ -6,7 +6,6 @@
 #include "core/error.h"
 #include "engine/batch_engine.h"
 #include "engine/compression_vocab.h"
-#include "engine/method_needs.h"
 #include "engine/text_stream.h"
 #include "model/model.h"
 #include "rkv/tokenizer.h"
@@ -75,7 +74,7 @@ PreparedRequest Engine::prepare(Request request) const {
                              : "give exactly one prompt: text, chat messages or token ids");
   const bool needs_tokenizer = !request.text.empty() || !request.messages.empty() ||
                                request.decode_text || !request.stop.empty() ||
-                               engine_needs(request.compression.method).token_text ||
+                               request.compression.info().needs.token_text ||
                                request.steering.enabled();
   if (needs_tokenizer && tokenizer_ == nullptr)
     throw Error(

@@ -9,19 +9,19 @@ namespace rkv {
 
 KvMemory::KvMemory(const CompressionParams& params, CompressionVocab vocab, SteeringParams steering)
     : params_(params),
-      method_(engine_needs(params.method)),
+      method_(params.info()),
       vocab_(std::move(vocab)),
       steering_(std::move(steering)) {
   // Steering alone only needs the segmentation and labels (N_o); skipkv also the embeddings.
-  if (method_.final_hidden || steering_.enabled()) {
+  if (method_.needs.final_hidden || steering_.enabled()) {
     sentences_ = std::make_unique<SentenceTracker>(params_.delimiters, params_.keywords,
-                                                   params_.tau, method_.final_hidden);
+                                                   params_.tau, method_.needs.final_hidden);
   }
 }
 
 int KvMemory::capacity_for(const CompressionParams& params, int prompt_tokens, int max_new_tokens) {
   const std::int64_t total = static_cast<std::int64_t>(prompt_tokens) + std::max(1, max_new_tokens);
-  if (!engine_needs(params.method).compresses) return static_cast<int>(total);
+  if (!params.info().compresses) return static_cast<int>(total);
   // Between compressions at most `buffer` tokens arrive, so budget + buffer bounds the cache
   // (ALGORITHMS.md 1); a longer prompt is held whole until the end of prefill.
   std::int64_t capacity =
@@ -31,13 +31,13 @@ int KvMemory::capacity_for(const CompressionParams& params, int prompt_tokens, i
 }
 
 int KvMemory::window_for(const CompressionParams& params) {
-  return engine_needs(params.method).compresses ? params.window : 0;
+  return params.info().compresses ? params.window : 0;
 }
 
 void KvMemory::allocate(const KvCacheShape& shape) {
   cache_ = std::make_unique<KvCache>(shape);
   // G-KV: a new entry has no global score yet; H2O: its accumulator starts at 0.
-  cache_->set_initial_state(method_.initial_entry_state);
+  cache_->set_initial_state(method_.initial_state);
 }
 
 void KvMemory::begin_decode_step(int token, std::int64_t position) {
@@ -87,7 +87,7 @@ void KvMemory::compress_layer(int layer, std::int64_t seq_len, ThreadPool* pool)
   cache.window_queries(layer, queries_);
   view.window = cache.window_size(layer);
   view.queries = queries_.data();
-  const bool stateful = method_.reads_entry_state;
+  const bool stateful = method_.needs.reads_entry_state;
   // The policies read float32 keys: a cache stored in another dtype converts this layer's keys,
   // head by head, to scratch (a float32 cache is read in place).
   if (cache.dtype() != KvDtype::f32) keys_f32_.resize(static_cast<std::size_t>(shape.kv_heads));

@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "engine/method_needs.h"
 #include "engine/sentence_tracker.h"
 #include "engine/steering.h"
 #include "kv/kv_cache.h"
@@ -77,6 +76,7 @@ class KvMemory {
   KvCache* cache_for_appends() { return cache_.get(); }
 
   const CompressionParams& params() const { return params_; }
+  const MethodInfo& method() const { return method_; }
   bool compresses() const { return method_.compresses; }
 
   // Before a decode step whose input token is `token` at position `position` (so `position+1`
@@ -91,14 +91,14 @@ class KvMemory {
   void compress_all_layers(std::int64_t tokens, ThreadPool* pool);
 
   // Whether the runner must hand it every row's attention probabilities (h2o).
-  bool wants_attention() const { return method_.step_attention; }
+  bool wants_attention() const { return method_.needs.step_attention; }
   // H2O: adds one query token's attention probabilities ([G][n]) of (layer, kv_head) into the
   // per-entry accumulators.
   void accumulate(int layer, int kv_head, const float* probs, int G, int n);
 
   // ---- SkipKV ----
   // Whether the runner must hand it the final norm's output (skipkv's sentence embeddings).
-  bool wants_final_hidden() const { return method_.final_hidden; }
+  bool wants_final_hidden() const { return method_.needs.final_hidden; }
   const SteeringParams& steering() const { return steering_; }
   bool steers() const { return steering_.enabled(); }
   // Whether it reads or writes host memory during a pass (compression, steering, embeddings):
@@ -123,7 +123,7 @@ class KvMemory {
   void forget_evicted_sentences();
 
   CompressionParams params_;
-  EngineMethodNeeds method_;
+  const MethodInfo& method_;  // the method's record: what it needs, asked by need
   CompressionVocab vocab_;
   SteeringParams steering_;
   std::unique_ptr<KvCache> cache_;  // [layers][kv_heads][capacity] rows; null until admitted

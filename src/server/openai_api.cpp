@@ -395,7 +395,7 @@ json kv_report(const std::vector<Completion>& choices) {
   if (choices.empty()) return json::object();
   const CompressionParams& p = choices.front().compression;
   json kv = {{"method", method_name(p.method)}, {"dtype", kv_dtype_name(choices.front().kv_dtype)}};
-  if (p.method != Method::fullkv) {
+  if (p.info().compresses) {
     kv["budget"] = p.budget;
     kv["buffer"] = p.buffer;
     kv["window"] = p.window;

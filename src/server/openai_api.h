@@ -44,7 +44,7 @@ struct RequestDefaults {
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings of a request that gives none
   bool seeded = false;  // sampling.seed is the server's --seed; else each request draws one
-  CompressionParams compression = CompressionParams::defaults(Method::fullkv);
+  CompressionParams compression = CompressionParams::none();
   SteeringParams steering;
   bool reasoning_inline = false;  // --reasoning-format none
   int max_n = 16;

@@ -15,7 +15,6 @@
 #include "core/record_log.h"
 #include "core/svg_plot.h"
 #include "engine/batch_engine.h"
-#include "engine/method_needs.h"
 #include "eval/runner.h"
 #include "kernels/kernels.h"
 #include "kv_options.h"
@@ -69,7 +68,7 @@ SteadyState run_steady_state(const Model& model, ThreadPool& pool, const Engine&
   BatchEngineOptions o = options;
   o.prefill_chunk = std::max(o.prefill_chunk, 4096);
   BatchEngine engine(model, pool, o);
-  const bool compressed = engine_needs(request.compression.method).compresses;
+  const bool compressed = request.compression.info().compresses;
   const int buffer = compressed ? request.compression.buffer : 1;
   Rng rng(99);
   std::int64_t produced = 0;

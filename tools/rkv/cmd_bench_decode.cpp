@@ -221,7 +221,7 @@ void setup(CLI::App& app) {
         }
       }
       report("tg" + std::to_string(args->n_gen), depth, args->n_gen, best, best_bytes, false);
-      if (kv_params.method != Method::fullkv) {
+      if (kv_params.info().compresses) {
         std::printf(
             "|   %s: %lld layer compressions, %.3f s (%.1f%% of decode), %d entries per head at "
             "the end |\n",

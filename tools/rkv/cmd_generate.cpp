@@ -47,9 +47,10 @@ void run(const Args& a) {
 
   Request request;
   request.compression = g.kv->params();
-  // Token ids in and out need no tokenizer, unless SkipKV or steering read the tokens' text.
+  // Token ids in and out need no tokenizer, unless the method (SkipKV) or steering read the
+  // tokens' text.
   const bool needs_tokenizer = a.prompt_ids.empty() || !a.print_ids ||
-                               request.compression.method == Method::skipkv ||
+                               request.compression.info().needs.token_text ||
                                !g.steering->path.empty() || !a.trace.empty();
   auto model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device);
   std::unique_ptr<Tokenizer> tokenizer;

@@ -1,5 +1,6 @@
-// rkv methods: lists the compression methods and their default parameters as JSON (the typed
-// preset table of include/rkv/compression.h), or the parameter table with --params.
+// rkv methods: lists the compression methods and their default parameters as JSON (the method
+// registry of include/rkv/compression.h), the parameter table with --params, or the Markdown table
+// of docs/METHODS.md with --markdown.
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,8 +14,16 @@ namespace {
 const RegisterCommand kRegister{
     "methods", "List the KV-compression methods with their defaults (JSON)", [](CLI::App& app) {
       auto params = std::make_shared<bool>(false);
+      auto markdown = std::make_shared<bool>(false);
       app.add_flag("--params", *params, "list the settable parameters (name, flag, help) instead");
-      app.callback([params] {
+      app.add_flag("--markdown", *markdown,
+                   "print the methods as the Markdown table of docs/METHODS.md instead")
+          ->excludes("--params");
+      app.callback([params, markdown] {
+        if (*markdown) {
+          std::cout << methods_markdown();
+          return;
+        }
         if (!*params) {
           std::cout << methods_json() << "\n";
           return;
