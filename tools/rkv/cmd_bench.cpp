@@ -13,6 +13,7 @@
 #include "common.h"
 #include "core/error.h"
 #include "core/record_log.h"
+#include "core/rng.h"
 #include "core/svg_plot.h"
 #include "engine/batch_engine.h"
 #include "eval/runner.h"
