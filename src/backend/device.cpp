@@ -1,11 +1,18 @@
+// --device: parsing, resolution, and what the CUDA side says, through the backend registry (this
+// file includes nothing of src/cuda/).
 #include "rkv/device.h"
 
+#include "backend/backend_registry.h"
 #include "core/error.h"
-#ifdef RKV_HAVE_CUDA
-#include "cuda/cuda_api.h"
-#endif
 
 namespace rkv {
+
+namespace {
+
+const char* const kBuiltWithoutCuda =
+    "rkv was built without CUDA (configure with nvcc on PATH, or -DRKV_CUDA=on)";
+
+}  // namespace
 
 std::string_view device_name(Device device) {
   switch (device) {
@@ -25,37 +32,24 @@ std::optional<Device> parse_device(std::string_view name) {
 }
 
 bool cuda_built() {
-#ifdef RKV_HAVE_CUDA
-  return true;
-#else
-  return false;
-#endif
+  return find_backend(Device::Cuda) != nullptr;
 }
 
 int cuda_device_count() {
-#ifdef RKV_HAVE_CUDA
-  return cuda::device_count();
-#else
-  return 0;
-#endif
+  const DeviceBackend* backend = find_backend(Device::Cuda);
+  return backend != nullptr ? backend->device_count() : 0;
 }
 
 std::string cuda_summary() {
-#ifdef RKV_HAVE_CUDA
-  return cuda::summary();
-#else
-  return "rkv was built without CUDA (configure with nvcc on PATH, or -DRKV_CUDA=on)";
-#endif
+  const DeviceBackend* backend = find_backend(Device::Cuda);
+  return backend != nullptr ? backend->summary() : kBuiltWithoutCuda;
 }
 
 CudaLimits measure_cuda_limits() {
   resolve_device(Device::Cuda);
-#ifdef RKV_HAVE_CUDA
-  const cuda::Limits l = cuda::measure_limits();
-  return {l.copy_gb_per_s, l.bf16_gemm_gflop_per_s};
-#else
-  return {};
-#endif
+  const DeviceBackend* backend = find_backend(Device::Cuda);
+  if (backend == nullptr) throw Error(std::string("--device cuda: ") + kBuiltWithoutCuda);
+  return backend->measure_limits();
 }
 
 Device resolve_device(std::optional<Device> requested) {
