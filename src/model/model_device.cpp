@@ -14,7 +14,8 @@ void Model::use_device(Device device) {
   }
   resolve_device(device);  // throws, saying why, where CUDA cannot run
   const DeviceBackend* backend = find_backend(device);
-  // resolve_device refuses a device without a backend; refuse here too rather than run nothing.
+  // Only a test's pretend device (RKV_TEST_FAKE_CUDA_DEVICES) gets past resolve_device without
+  // a backend: it is refused here, before anything runs.
   if (backend == nullptr)
     throw Error("--device " + std::string(device_name(device)) + ": " + cuda_summary() +
                 "; run with --device cpu");
