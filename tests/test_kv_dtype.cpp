@@ -177,7 +177,7 @@ TEST(KvDtype, AppendAndCompactRoundTrip) {
           EXPECT_EQ(rows.dtype, t);
           EXPECT_EQ(rows.row_bytes, kv_row_bytes(t, D));
           EXPECT_EQ(rows.f32() != nullptr, t == KvDtype::f32);
-          rows.to_f32(got.data());
+          kernels::kv_to_f32(rows, got.data());
           for (int tok = 0; tok < N; ++tok) {
             // Encoding a row and decoding it again is what the cache holds, bit for bit.
             std::vector<float> row(D), back(D);
@@ -203,8 +203,8 @@ TEST(KvDtype, AppendAndCompactRoundTrip) {
     for (int h = 0; h < H; ++h) {
       before_k[h].resize(static_cast<std::size_t>(N * D));
       before_v[h].resize(static_cast<std::size_t>(N * D));
-      cache.keys(1, h).to_f32(before_k[h].data());
-      cache.values(1, h).to_f32(before_v[h].data());
+      kernels::kv_to_f32(cache.keys(1, h), before_k[h].data());
+      kernels::kv_to_f32(cache.values(1, h), before_v[h].data());
     }
     const std::vector<std::vector<std::int32_t>> kept = {{0, 2, 5, 8}, {1, 2, 3, 7}};
     cache.compact(1, kept, {{1, 2, 3, 4}, {5, 6, 7, 8}});
@@ -212,8 +212,8 @@ TEST(KvDtype, AppendAndCompactRoundTrip) {
     EXPECT_EQ(cache.length(0), N);
     for (int h = 0; h < H; ++h) {
       std::vector<float> k(4 * D), v(4 * D);
-      cache.keys(1, h).to_f32(k.data());
-      cache.values(1, h).to_f32(v.data());
+      kernels::kv_to_f32(cache.keys(1, h), k.data());
+      kernels::kv_to_f32(cache.values(1, h), v.data());
       for (int i = 0; i < 4; ++i) {
         const int src = kept[h][i];
         EXPECT_EQ(std::memcmp(k.data() + i * D, before_k[h].data() + src * D, D * sizeof(float)),

@@ -1,8 +1,8 @@
 // SkipKV's sentence-level eviction (ALGORITHMS.md 5) with hand-worked expectations: the
 // parameters, segmentation of known token streams, penalties of constructed embeddings, the
 // pure policy evicting a whole redundant sentence before any other token (found from each
-// entry's stored position, per head), and the same through SequenceCompressor /
-// CompressionObserver on a hand-filled cache and on a golden checkpoint.
+// entry's stored position, per head), and the same through KvMemory on a hand-filled cache and
+// on a golden checkpoint.
 #include <gtest/gtest.h>
 
 #include <algorithm>

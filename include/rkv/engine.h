@@ -33,11 +33,11 @@
 #include <thread>
 #include <vector>
 
-#include "engine/steering.h"
 #include "rkv/chat_template.h"
 #include "rkv/compression.h"
 #include "rkv/kv_dtype.h"
 #include "rkv/sampling.h"
+#include "rkv/steering.h"
 
 namespace rkv {
 

@@ -1,5 +1,7 @@
-// The CUDA backend as the rest of rkv sees it: plain C++ declarations, implemented by the .cu
-// files beside this one, compiled only when CMake builds the backend (RKV_HAVE_CUDA; docs/GPU.md).
+// The CUDA backend's functions: plain C++ declarations, implemented by the .cu files beside this
+// one, compiled only when CMake builds the backend (RKV_HAVE_CUDA; docs/GPU.md). Only the backend's
+// own files include it; the rest of rkv reaches these through the backend registry
+// (backend/backend_registry.h), where backend.cu registers them.
 #pragma once
 
 #include <cstddef>

@@ -42,22 +42,6 @@ int BatchEngine::max_concurrent(const PreparedRequest& request) const {
   return static_cast<int>(std::min<std::size_t>(n, 1u << 30));
 }
 
-void check_runs_on_device(const Model& model, const CompressionParams& compression,
-                          const SteeringParams& steering, KvDtype kv_dtype) {
-  if (model.device() == Device::Cpu) return;
-  // The CUDA backend runs the forward pass and fullkv caches; compression, steering and a q8_0
-  // cache run on the CPU only in this build (docs/GPU.md).
-  if (compression.info().compresses || steering.enabled())
-    throw Error("--kv-method " + std::string(method_name(compression.method)) +
-                (steering.enabled() ? " with steering" : "") +
-                " runs on --device cpu only: the CUDA backend runs fullkv (docs/GPU.md)");
-  if (kv_dtype == KvDtype::q8_0)
-    throw Error(
-        "a q8_0 KV cache has no CUDA kernels: use bf16, f16 or f32 (--kv-dtype, or kv.dtype in a "
-        "request) on "
-        "--device cuda, or run with --device cpu");
-}
-
 std::uint64_t BatchEngine::submit(PreparedRequest request, SequenceHooks hooks) {
   if (options_.kv_memory_bytes > 0 && request.slot_bytes > options_.kv_memory_bytes)
     throw Error("the request needs a KV cache of " + std::to_string(request.slot_bytes) +

@@ -35,12 +35,6 @@ struct BatchEngineOptions {
   CompressionVocab compression_vocab;
 };
 
-// Throws rkv::Error, naming --device cpu, when `model` runs on a device whose backend cannot run
-// this request: compression other than fullkv, steering, a q8_0 cache (docs/GPU.md). Nothing on
-// the CPU. Engine::prepare calls it.
-void check_runs_on_device(const Model& model, const CompressionParams& compression,
-                          const SteeringParams& steering, KvDtype kv_dtype);
-
 class BatchEngine {
  public:
   BatchEngine(const Model& model, ThreadPool& pool, BatchEngineOptions options);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/attention.h"
 
 namespace rkv {
 
@@ -47,7 +48,7 @@ void CaseDumper::record(const CompressionEvent& e) {
   for (int h = 0; h < v.kv_heads; ++h) {
     json krows = json::array(), vrows = json::array();
     std::vector<float> values(static_cast<std::size_t>(v.n_all) * d);
-    e.cache->values(e.layer, h).to_f32(values.data());
+    kernels::kv_to_f32(e.cache->values(e.layer, h), values.data());
     for (int i = 0; i < v.n_all; ++i) {
       krows.push_back(std::vector<float>(v.keys[h] + i * d, v.keys[h] + (i + 1) * d));
       vrows.push_back(std::vector<float>(values.data() + i * d, values.data() + (i + 1) * d));

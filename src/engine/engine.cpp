@@ -8,6 +8,7 @@
 #include "engine/compression_vocab.h"
 #include "engine/text_stream.h"
 #include "model/model.h"
+#include "rkv/device.h"
 #include "rkv/tokenizer.h"
 
 namespace rkv {
@@ -162,7 +163,18 @@ PreparedRequest Engine::prepare(Request request) const {
                                             p.max_new_tokens + request.seed_tokens);
   const KvDtype engine_dtype = options_.kv_dtype.value_or(model_.default_kv_dtype());
   request.kv_dtype = request.kv_dtype.value_or(engine_dtype);
-  check_runs_on_device(model_, request.compression, request.steering, *request.kv_dtype);
+  if (model_.device() != Device::Cpu) {
+    // What the device's backend cannot run is refused here, in the words --device auto uses.
+    DeviceNeeds needs;
+    if (request.compression.info().compresses)
+      needs.compressing_methods = {std::string(method_name(request.compression.method))};
+    needs.steering = request.steering.enabled();
+    needs.kv_dtype = request.kv_dtype;
+    const std::string refusal = device_refusal(model_.device(), needs);
+    if (!refusal.empty())
+      throw RequestError(refusal + ": run with --device cpu (docs/GPU.md)",
+                         needs.kv_dtype == KvDtype::q8_0 ? "kv.dtype" : "kv");
+  }
   if (model_.device() != Device::Cpu && *request.kv_dtype != engine_dtype)
     throw Error("on --device cuda every request of a batch uses the engine's KV dtype (" +
                 std::string(kv_dtype_name(engine_dtype)) + "), not " +

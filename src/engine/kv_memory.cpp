@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "kernels/attention.h"
 
 namespace rkv {
 
@@ -98,7 +99,7 @@ void KvMemory::compress_layer(int layer, std::int64_t seq_len, ThreadPool* pool)
     } else {
       auto& scratch = keys_f32_[static_cast<std::size_t>(h)];
       scratch.resize(static_cast<std::size_t>(n_all) * static_cast<std::size_t>(shape.head_dim));
-      keys.to_f32(scratch.data());
+      kernels::kv_to_f32(keys, scratch.data());
       view.keys.push_back(scratch.data());
     }
     view.positions.push_back(cache.positions(layer, h));

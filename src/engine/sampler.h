@@ -5,20 +5,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/rng.h"
 #include "rkv/sampling.h"
 
 namespace rkv {
-
-// A deterministic generator: the same seed gives the same draws on every platform.
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed);
-  std::uint64_t next();
-  double uniform();  // [0, 1)
-
- private:
-  std::uint64_t s_[4];
-};
 
 class Sampler {
  public:

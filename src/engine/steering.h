@@ -1,14 +1,9 @@
-// SkipKV's adaptive steering (ALGORITHMS.md 5): a vector v for the output hidden state of one
-// decoder layer k, computed offline by a calibration run (rkv steer-calibrate) as
-// mean(execution thoughts) - mean(non-execution thoughts) of the layer-k hidden states at the
-// thoughts' delimiter tokens, and added at generation as a_t * v whenever the input token is a
-// sentence delimiter, with a_t = a0 + gamma * N_o (N_o: the sequence's non-execution sentences
-// so far). Layer k is 0-based: the vector is added to the output of decoder layer k (Hugging
-// Face's hidden_states[k + 1]), and the calibration reads the same point.
-//
-// File format: safetensors with one F32 tensor "steering_vector" [hidden_size] and metadata
-// rkv_kind=steering-vector, layer, hidden_size, num_layers, architecture, model (the checkpoint
-// directory's name), model_fingerprint (model_fingerprint()), and the calibration counts.
+// SkipKV's adaptive steering, the engine's side (ALGORITHMS.md 5): what a request carries
+// (SteeringVector, SteeringParams) and the file format are public (rkv/steering.h); here are the
+// default layer, the model fingerprint, writing a vector file, checking a vector against a model,
+// and the calibration (`rkv steer-calibrate`) that computes v as mean(execution thoughts) -
+// mean(non-execution thoughts) of the layer-k hidden states at the thoughts' delimiter tokens
+// (the point the vector is added at).
 #pragma once
 
 #include <cstdint>
@@ -22,34 +17,9 @@
 
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "rkv/steering.h"
 
 namespace rkv {
-
-struct SteeringVector {
-  int layer = 0;              // decoder layer whose output receives the vector (0-based)
-  std::vector<float> values;  // [hidden_size]
-  int num_layers = 0;         // of the model it was made for
-  std::string architecture;   // e.g. "Qwen2ForCausalLM"
-  std::string model;          // the model directory's name (for messages)
-  std::string fingerprint;    // model_fingerprint() of that model
-  std::map<std::string, std::string> extra;  // other metadata (calibration counts, dataset)
-
-  int hidden_size() const { return static_cast<int>(values.size()); }
-};
-
-// Steering settings of one sequence. No vector: no steering.
-struct SteeringParams {
-  std::shared_ptr<const SteeringVector> vector;
-  float a0 = 1.0f;      // base strength
-  float gamma = 0.02f;  // added per non-execution sentence generated so far
-  bool enabled() const { return vector != nullptr; }
-  // a_t = a0 + gamma * N_o.
-  float strength(int non_execution_sentences) const {
-    return a0 + gamma * static_cast<float>(non_execution_sentences);
-  }
-  // Throws rkv::Error for non-finite a0 / gamma.
-  void validate() const;
-};
 
 // The default steering layer for a model of `num_layers` decoder layers: 20 for 28-32 layers
 // (the R1-distilled 7B/8B models), 35 for 48 (14B), else round(0.72 * num_layers), which passes
@@ -66,11 +36,8 @@ std::string model_fingerprint(const std::filesystem::path& model_dir, const Mode
 // settings of an eval run (eval/runner.cpp).
 std::string steering_vector_digest(const SteeringVector& vector);
 
-// Writes / reads the file. load_steering_vector validates the file itself (tensor present,
-// shape [hidden_size] matching the metadata, finite values, layer within num_layers) and throws
-// rkv::Error naming the file and the problem.
+// Writes the file (rkv/steering.h: the format; load_steering_vector reads it).
 void save_steering_vector(const std::filesystem::path& path, const SteeringVector& vector);
-SteeringVector load_steering_vector(const std::filesystem::path& path);
 
 // Throws rkv::Error (naming `source`) unless the vector was made for this model: same hidden
 // size, a layer this model has, and (when both are known) the same fingerprint.

@@ -3,12 +3,12 @@
 
 #include <utf8proc.h>
 
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace rkv::jinja::unicode {
 
 char32_t decode(std::string_view s, std::size_t pos, std::size_t& len) {
-  const tokenizer::Utf8Step step = tokenizer::utf8_step(s, pos);
+  const Utf8Step step = utf8_step(s, pos);
   if (step.valid) {
     len = step.length;
     return step.code_point;
@@ -22,7 +22,7 @@ void append(std::string& out, char32_t cp) {
   if (cp >= 0xDC80 && cp <= 0xDCFF) {  // an invalid byte kept as it was
     out += static_cast<char>(cp - 0xDC00);
   } else {
-    tokenizer::append_utf8(out, cp);
+    append_utf8(out, cp);
   }
 }
 

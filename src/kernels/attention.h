@@ -9,6 +9,10 @@
 #include "kernels/kernels.h"
 #include "rkv/kv_dtype.h"
 
+namespace rkv {
+struct KvRows;
+}
+
 namespace rkv::kernels {
 
 // q: [G][d], the G query heads that share this KV head (consecutive heads, HF repeat_kv order).
@@ -58,6 +62,11 @@ AttentionFn attention_for(Isa isa, KvDtype dtype = KvDtype::f32);
 // Converts n cache rows of d values of `dtype` (row stride kv_row_bytes(dtype, d)) to float32
 // out[n][d], on the active instruction set (what compression reads).
 void kv_to_f32(KvDtype dtype, const void* rows, std::size_t n, int d, float* out);
+
+// The same for a cache's read-only rows (kv/kv_cache.h): out[rows.n][rows.head_dim]. What the
+// engine's compression calls to read a cache of another dtype than f32 (kv/ itself converts
+// nothing, so it depends on no kernel).
+void kv_to_f32(const KvRows& rows, float* out);
 
 // The same on one instruction set.
 using KvDecodeFn = void (*)(KvDtype dtype, const void* rows, std::size_t n, int d, float* out);

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
+#include "kv/kv_cache.h"
 
 namespace rkv::kernels {
 
@@ -136,6 +137,10 @@ KvDecodeFn kv_decode_for(Isa isa) {
 void kv_to_f32(KvDtype dtype, const void* rows, std::size_t n, int d, float* out) {
   static const KvDecodeFn fn = kv_decode_for(active_isa());
   fn(dtype, rows, n, d, out);
+}
+
+void kv_to_f32(const KvRows& rows, float* out) {
+  kv_to_f32(rows.dtype, rows.data, static_cast<std::size_t>(rows.n), rows.head_dim, out);
 }
 
 void vec_exp(float* x, int n) {

@@ -5,7 +5,6 @@
 #include <string>
 
 #include "core/error.h"
-#include "kernels/attention.h"
 #include "kv/kv_codec.h"
 
 namespace rkv {
@@ -166,10 +165,6 @@ std::size_t KvCache::used_kv_bytes() const {
   std::size_t entries = 0;
   for (int len : lengths_) entries += static_cast<std::size_t>(len);
   return entries * 2 * static_cast<std::size_t>(shape_.kv_heads) * row_bytes_;
-}
-
-void KvRows::to_f32(float* out) const {
-  kernels::kv_to_f32(dtype, data, static_cast<std::size_t>(n), head_dim, out);
 }
 
 }  // namespace rkv

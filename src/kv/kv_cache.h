@@ -53,8 +53,7 @@ struct KvRows {
   const float* f32() const {
     return dtype == KvDtype::f32 ? reinterpret_cast<const float*>(data) : nullptr;
   }
-  // Converts the n rows to float32: out[n][head_dim].
-  void to_f32(float* out) const;
+  // (kernels::kv_to_f32(rows, out) converts them to float32 on the active instruction set.)
 };
 
 // Bytes one cached token takes in a sequence's slot, summed over layers and KV heads.

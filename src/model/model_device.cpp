@@ -1,9 +1,7 @@
 // Moving a model's forward pass to a device (Model::use_device), and the caches that follow it.
+#include "backend/backend_registry.h"
 #include "core/error.h"
 #include "model/model.h"
-#ifdef RKV_HAVE_CUDA
-#include "cuda/cuda_api.h"
-#endif
 
 namespace rkv {
 
@@ -15,23 +13,26 @@ void Model::use_device(Device device) {
     return;
   }
   resolve_device(device);  // throws, saying why, where CUDA cannot run
-#ifdef RKV_HAVE_CUDA
-  device_ops_ = cuda::make_forward(*this);
+  const DeviceBackend* backend = find_backend(device);
+  // Only a test's pretend device (RKV_TEST_FAKE_CUDA_DEVICES) gets past resolve_device without
+  // a backend: it is refused here, before anything runs.
+  if (backend == nullptr)
+    throw Error("--device " + std::string(device_name(device)) + ": " + cuda_summary() +
+                "; run with --device cpu");
+  device_ops_ = backend->make_forward(*this);
   device_ = device;
-#endif
 }
 
 std::string Model::device_memory_report() const {
-#ifdef RKV_HAVE_CUDA
-  if (device_ops_) return cuda::memory_report(*device_ops_);
-#endif
+  if (device_ops_)
+    if (const DeviceBackend* backend = find_backend(device_))
+      return backend->memory_report(*device_ops_);
   return {};
 }
 
 std::size_t Model::device_free_bytes() const {
-#ifdef RKV_HAVE_CUDA
-  if (device_ops_) return cuda::memory().free;
-#endif
+  if (device_ops_)
+    if (const DeviceBackend* backend = find_backend(device_)) return backend->free_bytes();
   return 0;
 }
 

@@ -8,12 +8,12 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/byte_level.h"
 #include "core/error.h"
 #include "core/quant.h"
-#include "engine/sampler.h"
+#include "core/rng.h"
 #include "model/gguf_writer.h"
 #include "model/safetensors.h"
-#include "tokenizer/byte_level.h"
 
 namespace rkv {
 
@@ -202,8 +202,7 @@ SyntheticVocab synthetic_vocab(const ModelConfig& config, const std::string& fam
     throw Error("vocabulary of " + std::to_string(config.vocab_size) +
                 " is too small for a byte-level tokenizer");
   std::vector<std::string> symbols;  // GPT-2's byte-level form of each byte
-  for (int b = 0; b < 256; ++b)
-    symbols.push_back(tokenizer::byte_level_char(static_cast<unsigned char>(b)));
+  for (int b = 0; b < 256; ++b) symbols.push_back(byte_level_char(static_cast<unsigned char>(b)));
   // Bytes in the order merges are made: space, lower-case letters, digits, punctuation, the rest.
   std::vector<int> order;
   std::set<int> seen;

@@ -25,7 +25,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace rkv::server::http {
 
@@ -70,7 +70,7 @@ std::string printable(std::string_view s, std::size_t limit = 200) {
   std::size_t i = 0;
   while (i < s.size() && out.size() < limit) {
     const auto c = static_cast<unsigned char>(s[i]);
-    const tokenizer::Utf8Step step = tokenizer::utf8_step(s, i);
+    const Utf8Step step = utf8_step(s, i);
     if (c >= 0x80 && step.valid) {
       out.append(s.substr(i, step.length));
       i += step.length;
@@ -273,7 +273,7 @@ RequestParser::State RequestParser::parse_head(std::string_view head) {
     const std::string_view raw_path = origin.substr(0, q);
     if (!percent_decode(raw_path, request_.path, false))
       return fail(400, "the request path holds a malformed %-escape");
-    if (!tokenizer::is_valid_utf8(request_.path) || request_.path.find('\0') != std::string::npos)
+    if (!is_valid_utf8(request_.path) || request_.path.find('\0') != std::string::npos)
       return fail(400, "the request path '" + printable(request_.path) +
                            "' is not valid UTF-8 text (percent-decoded)");
     if (q != std::string_view::npos) {
@@ -288,7 +288,7 @@ RequestParser::State RequestParser::parse_head(std::string_view head) {
         if (!percent_decode(item.substr(0, eq), key, true) ||
             (eq != std::string_view::npos && !percent_decode(item.substr(eq + 1), value, true)))
           return fail(400, "the query holds a malformed %-escape");
-        if (!tokenizer::is_valid_utf8(key) || !tokenizer::is_valid_utf8(value))
+        if (!is_valid_utf8(key) || !is_valid_utf8(value))
           return fail(400, "the query parameter '" + printable(key) + "' is not valid UTF-8");
         request_.params.emplace_back(std::move(key), std::move(value));
       }

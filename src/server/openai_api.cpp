@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace rkv::server {
 
@@ -108,7 +108,7 @@ std::string find_marked(const json& j, const std::string& mark, const std::strin
 json parse_request_json(const std::string& body) {
   std::size_t bad_at = std::string::npos;
   for (std::size_t i = 0; i < body.size();) {
-    const tokenizer::Utf8Step step = tokenizer::utf8_step(body, i);
+    const Utf8Step step = utf8_step(body, i);
     if (!step.valid) {
       bad_at = i;
       break;
@@ -134,7 +134,7 @@ json parse_request_json(const std::string& body) {
   std::string mark;
   for (char32_t cp = 0xFDD0; cp <= 0xFDEF && mark.empty(); ++cp) {
     std::string m;
-    tokenizer::append_utf8(m, cp);
+    append_utf8(m, cp);
     if (body.find(m) == std::string::npos) mark = m;
   }
   std::string field;
@@ -142,7 +142,7 @@ json parse_request_json(const std::string& body) {
     std::string copy;
     copy.reserve(body.size() + 16);
     for (std::size_t i = 0; i < body.size();) {
-      const tokenizer::Utf8Step step = tokenizer::utf8_step(body, i);
+      const Utf8Step step = utf8_step(body, i);
       if (step.valid)
         copy.append(body, i, step.length);
       else

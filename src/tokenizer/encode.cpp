@@ -1,10 +1,10 @@
 // Encoding: the vocabulary tables, and plain text -> words -> byte-level BPE ids.
 #include <algorithm>
 
+#include "core/byte_level.h"
 #include "core/error.h"
-#include "tokenizer/byte_level.h"
+#include "core/utf8.h"
 #include "tokenizer/tokenizer_impl.h"
-#include "tokenizer/utf8.h"
 
 namespace rkv {
 
@@ -45,7 +45,7 @@ std::optional<std::string> Tokenizer::Impl::add_merge(const std::string& left,
 
 void Tokenizer::Impl::index_bytes() {
   for (int b = 0; b < 256; ++b) {
-    auto it = vocab.find(tokenizer::byte_level_char(static_cast<unsigned char>(b)));
+    auto it = vocab.find(byte_level_char(static_cast<unsigned char>(b)));
     byte_ids[b] = it == vocab.end() ? -1 : it->second;
   }
 }
@@ -61,7 +61,7 @@ void Tokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>& o
   const std::size_t from = out.size();
   if (ignore_merges) {
     std::string form;
-    tokenizer::append_byte_level(form, word);
+    append_byte_level(form, word);
     auto it = vocab.find(form);
     if (it != vocab.end()) {
       out.push_back(it->second);
@@ -89,7 +89,7 @@ void Tokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>& o
 void Tokenizer::Impl::encode_plain(std::string_view text, std::vector<int32_t>& out) const {
   std::string normalized;
   if (nfc && !nfc_whole_text) {
-    normalized = tokenizer::nfc_normalize(text);
+    normalized = nfc_normalize(text);
     text = normalized;
   }
   if (add_prefix_space && !text.empty() && text.front() != ' ') {

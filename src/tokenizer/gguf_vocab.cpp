@@ -12,9 +12,9 @@
 // Then the special tokens: BOS (added when tokenizer.ggml.add_bos_token says so, by default
 // for SentencePiece and Llama-3 vocabularies as in llama.cpp), EOS/EOT with the known end
 // markers (as the tokenizer.json path and llama.cpp's end-of-generation set), the template.
+#include "core/byte_level.h"
 #include "core/error.h"
 #include "model/gguf.h"
-#include "tokenizer/byte_level.h"
 #include "tokenizer/json_tables.h"
 #include "tokenizer/tokenizer_impl.h"
 

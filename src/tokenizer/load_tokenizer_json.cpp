@@ -3,8 +3,8 @@
 // (NFC or none), pre_tokenizer (Split / ByteLevel / Sequence of them) and post_processor
 // (TemplateProcessing / ByteLevel / Sequence of them). Anything else is refused with an error
 // rather than encoded wrongly.
+#include "core/byte_level.h"
 #include "core/error.h"
-#include "tokenizer/byte_level.h"
 #include "tokenizer/json_tables.h"
 #include "tokenizer/tokenizer_impl.h"
 

@@ -3,8 +3,8 @@
 // Qwen2Tokenizer: NFC on the whole text first, then its pre-tokenizer regex.
 #include <string_view>
 
+#include "core/byte_level.h"
 #include "core/error.h"
-#include "tokenizer/byte_level.h"
 #include "tokenizer/json_tables.h"
 #include "tokenizer/tokenizer_impl.h"
 

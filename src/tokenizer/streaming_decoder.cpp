@@ -1,6 +1,6 @@
 // StreamingDecoder: emits text token by token, holding back the bytes of a UTF-8 character that
 // is split across tokens (an emoji is often 2-4 byte tokens) until it is complete.
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 #include "rkv/tokenizer.h"
 
@@ -12,15 +12,15 @@ StreamingDecoder::StreamingDecoder(const Tokenizer& tokenizer, bool skip_special
 std::string StreamingDecoder::push(int32_t id) {
   if (skip_special_ && tokenizer_.is_special(id)) return {};
   pending_ += tokenizer_.token_text(id);
-  const std::size_t hold = tokenizer::incomplete_utf8_tail(pending_);
+  const std::size_t hold = incomplete_utf8_tail(pending_);
   std::string out =
-      tokenizer::replace_invalid_utf8(std::string_view(pending_).substr(0, pending_.size() - hold));
+      replace_invalid_utf8(std::string_view(pending_).substr(0, pending_.size() - hold));
   pending_.erase(0, pending_.size() - hold);
   return out;
 }
 
 std::string StreamingDecoder::flush() {
-  std::string out = tokenizer::replace_invalid_utf8(pending_);
+  std::string out = replace_invalid_utf8(pending_);
   pending_.clear();
   return out;
 }

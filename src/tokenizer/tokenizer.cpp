@@ -6,9 +6,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "model/gguf.h"
 #include "tokenizer/tokenizer_impl.h"
-#include "tokenizer/utf8.h"
 
 namespace rkv {
 
@@ -110,9 +110,9 @@ std::vector<int32_t> encode_spm_text(const Tokenizer::Impl& m, const std::string
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
   const Impl& m = *impl_;
-  std::string clean = tokenizer::replace_invalid_utf8(text);
+  std::string clean = replace_invalid_utf8(text);
   if (m.spm) return encode_spm_text(m, clean, add_special);
-  if (m.nfc && m.nfc_whole_text) clean = tokenizer::nfc_normalize(clean);
+  if (m.nfc && m.nfc_whole_text) clean = nfc_normalize(clean);
   std::vector<int32_t> ids;
   ids.reserve(clean.size() / 3 + 4);
   for (const auto& segment : m.added.split(clean)) {
@@ -170,7 +170,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
       piece.remove_prefix(1);
     bytes += piece;
   }
-  return tokenizer::replace_invalid_utf8(bytes);
+  return replace_invalid_utf8(bytes);
 }
 
 std::string Tokenizer::token_text(int32_t id) const {

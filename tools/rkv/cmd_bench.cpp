@@ -13,6 +13,7 @@
 #include "common.h"
 #include "core/error.h"
 #include "core/record_log.h"
+#include "core/rng.h"
 #include "core/svg_plot.h"
 #include "engine/batch_engine.h"
 #include "eval/runner.h"
@@ -129,7 +130,10 @@ void run(const Args& a) {
   for (const auto& b : batch_specs)
     if (b != "max") parse_int_list(b, "--batch");
   const std::size_t cap = a.kv_memory.empty() ? 0 : parse_byte_size(a.kv_memory);
-  auto model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device);
+  DeviceNeeds needs;
+  needs.compressing_methods = compressing_methods(methods);
+  needs.kv_dtype = a.kv->kv_dtype();
+  auto model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device, needs);
   // On a device the engine caps the KV memory at what the device has free (BatchEngineOptions).
   for (const auto& b : batch_specs)
     if (b == "max" && cap == 0 && model->device() == Device::Cpu)

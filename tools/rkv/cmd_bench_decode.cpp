@@ -76,8 +76,11 @@ void setup(CLI::App& app) {
       if (d < 0) throw Error("--depths: depths must be >= 0");
     if (args->n_prompt == 0 && args->n_gen == 0)
       throw Error("-p 0 and -n 0: nothing to measure (give a prompt length or a decode length)");
-    auto model =
-        load_model(args->model, args->matmul_precision, args->attention_precision, args->device);
+    DeviceNeeds needs;
+    needs.compressing_methods = compressing_methods({std::string(method_name(kv_params.method))});
+    needs.kv_dtype = kv_dtype_flag;
+    auto model = load_model(args->model, args->matmul_precision, args->attention_precision,
+                            args->device, needs);
     const ModelConfig& c = model->config();
     const KvDtype kv_dtype = kv_dtype_flag.value_or(model->default_kv_dtype());
     const KvTokenBytes per_token = KvCache::token_bytes_for(model->cache_shape(1, 0, kv_dtype));

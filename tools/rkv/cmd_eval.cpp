@@ -74,7 +74,11 @@ void run(const Args& a) {
   o.max_batch = a.max_batch;
   o.out_dir = a.out;
 
-  auto model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device);
+  DeviceNeeds needs;
+  needs.compressing_methods = compressing_methods(o.methods);
+  needs.steering = !a.steering->path.empty();
+  needs.kv_dtype = o.kv_dtype;
+  auto model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device, needs);
   const Tokenizer tokenizer = Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer);
   o.steering = a.steering->load(*model);
   ThreadPool pool(a.threads);

@@ -52,7 +52,12 @@ void run(const Args& a) {
   const bool needs_tokenizer = a.prompt_ids.empty() || !a.print_ids ||
                                request.compression.info().needs.token_text ||
                                !g.steering->path.empty() || !a.trace.empty();
-  auto model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device);
+  DeviceNeeds needs;
+  needs.compressing_methods =
+      compressing_methods({std::string(method_name(request.compression.method))});
+  needs.steering = !g.steering->path.empty();
+  needs.kv_dtype = g.kv->kv_dtype();
+  auto model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device, needs);
   std::unique_ptr<Tokenizer> tokenizer;
   if (needs_tokenizer)
     tokenizer =

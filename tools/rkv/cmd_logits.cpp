@@ -41,15 +41,17 @@ void setup(CLI::App& app) {
     if (args->last > static_cast<int>(ids.size()))
       throw Error("--last " + std::to_string(args->last) + " is more than the " +
                   std::to_string(ids.size()) + " ids given");
-    auto model =
-        load_model(args->model, args->matmul_precision, args->attention_precision, args->device);
+    const std::optional<KvDtype> kv_dtype =
+        args->kv_dtype.empty() ? std::nullopt : std::optional(parse_kv_dtype(args->kv_dtype));
+    DeviceNeeds needs;
+    needs.kv_dtype = kv_dtype;
+    auto model = load_model(args->model, args->matmul_precision, args->attention_precision,
+                            args->device, needs);
     const int V = model->config().vocab_size;
     if (static_cast<int>(ids.size()) > model->config().max_position_embeddings)
       throw Error(std::to_string(ids.size()) + " ids exceed the model's context of " +
                   std::to_string(model->config().max_position_embeddings));
-    KvCache cache(model->cache_shape(
-        static_cast<int>(ids.size()), 0,
-        args->kv_dtype.empty() ? std::nullopt : std::optional(parse_kv_dtype(args->kv_dtype))));
+    KvCache cache(model->cache_shape(static_cast<int>(ids.size()), 0, kv_dtype));
     std::vector<ForwardRow> rows;
     for (std::size_t i = 0; i < ids.size(); ++i)
       rows.push_back({&cache, ids[i], static_cast<int>(i),

@@ -174,7 +174,11 @@ void run(const Args& a) {
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Engine> engine;
   try {
-    model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device);
+    // Each request chooses its own method, KV dtype and steering: auto serves on the CPU
+    // (--device cuda serves fullkv requests on the GPU and refuses the others).
+    DeviceNeeds needs;
+    needs.per_request_settings = true;
+    model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device, needs);
     tokenizer =
         std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
     defaults.steering = g.steering->load(*model);

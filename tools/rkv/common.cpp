@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/record_log.h"
 #include "core/thread_pool.h"
+#include "rkv/compression.h"
 #include "rkv/device.h"
 
 namespace rkv::cli {
@@ -116,23 +117,37 @@ void add_device_option(CLI::App& app, std::string& device) {
   add_flag_option(app, "--device", device,
                   "Where the forward pass runs: cpu, cuda (the CUDA backend: weights, activations "
                   "and KV caches in GPU memory; fullkv only for now, docs/GPU.md) or auto (cuda "
-                  "when rkv was built with it and a GPU is visible, else cpu)")
+                  "when rkv was built with it, a GPU is visible and the backend runs what was "
+                  "asked: fullkv, no steering, no q8_0 cache; else cpu; with a GPU visible, a "
+                  "line on stderr says which it chose and why)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
 }
 
 std::unique_ptr<Model> load_model(const std::string& path, const std::string& matmul_precision,
-                                  const std::string& attention_precision,
-                                  const std::string& device) {
+                                  const std::string& attention_precision, const std::string& device,
+                                  DeviceNeeds needs) {
   // The device first: asking for one that cannot run fails before the weights are read.
-  const Device where = resolve_device(parse_device(device));
+  const std::optional<Device> requested = parse_device(device);
+  needs.llamacpp_attention = attention_precision == "llamacpp";
+  const DeviceChoice choice = choose_device(requested, needs);
   auto model = Model::load(path);
   model->set_matmul_precision(kernels::parse_matmul_precision(matmul_precision));
   model->set_attention_precision(kernels::parse_attention_precision(attention_precision));
-  if (where != Device::Cpu) {
-    model->use_device(where);
-    std::fprintf(stderr, "rkv: running on %s (%s): %s\n", std::string(device_name(where)).c_str(),
-                 cuda_summary().c_str(), model->device_memory_report().c_str());
+  if (choice.device != Device::Cpu) {
+    try {
+      model->use_device(choice.device);
+    } catch (const Error& e) {
+      if (requested) throw;
+      std::fprintf(stderr, "rkv: device: cpu (auto: the CUDA backend cannot take this model: %s)\n",
+                   e.what());
+      return model;
+    }
   }
+  if (!choice.note.empty()) std::fprintf(stderr, "rkv: %s\n", choice.note.c_str());
+  if (choice.device != Device::Cpu)
+    std::fprintf(stderr, "rkv: running on %s (%s): %s\n",
+                 std::string(device_name(choice.device)).c_str(), cuda_summary().c_str(),
+                 model->device_memory_report().c_str());
   return model;
 }
 
@@ -168,6 +183,13 @@ void apply_chat_template_options(EngineOptions& options, const std::string& name
     options.chat_template_text = read_file(file, "the file given with --chat-template-file");
     options.chat_template_origin = "the chat template " + file;
   }
+}
+
+std::vector<std::string> compressing_methods(const std::vector<std::string>& methods) {
+  std::vector<std::string> out;
+  for (const std::string& name : methods)
+    if (method_info(name).compresses) out.push_back(name);
+  return out;
 }
 
 }  // namespace rkv::cli

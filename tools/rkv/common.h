@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "rkv/device.h"
 #include "rkv/engine.h"
 
 namespace rkv::cli {
@@ -53,10 +54,18 @@ void add_precision_options(CLI::App& app, std::string& matmul, std::string& atte
 void add_device_option(CLI::App& app, std::string& device);
 
 // Model::load(path) with --matmul-precision and --attention-precision values applied, moved to
-// --device's device (a line on stderr says which GPU and what its memory holds).
+// --device's device (a line on stderr says which GPU and what its memory holds). `needs` is what
+// the run asks of the device (its methods, steering, KV dtype; the attention precision is added
+// here): --device auto picks the GPU only when its backend runs all of it, and, where a GPU is
+// visible, says on stderr which device it chose and why; when the backend then refuses the model
+// itself (quantized GGUF weights, a head size it has no kernels for, too little memory), auto runs
+// on the CPU and says so.
 std::unique_ptr<Model> load_model(const std::string& path, const std::string& matmul_precision,
-                                  const std::string& attention_precision,
-                                  const std::string& device);
+                                  const std::string& attention_precision, const std::string& device,
+                                  DeviceNeeds needs = {});
+
+// The names among `methods` whose records say they compress (DeviceNeeds::compressing_methods).
+std::vector<std::string> compressing_methods(const std::vector<std::string>& methods);
 
 // --chat-template NAME and --chat-template-file FILE (exclusive): how chat messages are rendered.
 // Neither: the model's own Jinja template (include/rkv/chat_template.h).

@@ -1,11 +1,11 @@
 // The bytes_to_unicode table of GPT-2 and its inverse.
-#include "tokenizer/byte_level.h"
+#include "core/byte_level.h"
 
 #include <array>
 
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
-namespace rkv::tokenizer {
+namespace rkv {
 
 namespace {
 
@@ -61,4 +61,4 @@ std::string byte_level_to_bytes(std::string_view text) {
   return out;
 }
 
-}  // namespace rkv::tokenizer
+}  // namespace rkv

@@ -1,6 +1,7 @@
-// UTF-8 helpers for the tokenizer: validation with U+FFFD replacement (Python's errors="replace"
-// policy: one U+FFFD per maximal invalid subpart), the length of an incomplete trailing
-// sequence (for streaming), and NFC normalization (utf8proc).
+// UTF-8 helpers shared by the tokenizer, the Jinja interpreter and the HTTP layer: decoding step
+// by step, validation with U+FFFD replacement (Python's errors="replace" policy: one U+FFFD per
+// maximal invalid subpart), the length of an incomplete trailing sequence (for streaming), and NFC
+// normalization (utf8proc).
 #pragma once
 
 #include <cstddef>
@@ -8,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace rkv::tokenizer {
+namespace rkv {
 
 // One step of UTF-8 decoding at some position.
 struct Utf8Step {
@@ -35,4 +36,4 @@ std::size_t incomplete_utf8_tail(std::string_view s);
 // Unicode NFC of valid UTF-8 text.
 std::string nfc_normalize(std::string_view valid_utf8);
 
-}  // namespace rkv::tokenizer
+}  // namespace rkv

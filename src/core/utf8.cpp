@@ -1,5 +1,5 @@
 // UTF-8 decoding with the Unicode "maximal subpart" replacement policy, and NFC via utf8proc.
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 #include <utf8proc.h>
 
@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 
-namespace rkv::tokenizer {
+namespace rkv {
 
 namespace {
 
@@ -130,4 +130,4 @@ std::string nfc_normalize(std::string_view text) {
   return std::string(reinterpret_cast<const char*>(out), static_cast<std::size_t>(n));
 }
 
-}  // namespace rkv::tokenizer
+}  // namespace rkv
