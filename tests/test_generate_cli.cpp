@@ -52,6 +52,18 @@ TEST(GenerateCli, BadSettingsAreClearErrors) {
   EXPECT_NE(out.find("outside the vocabulary"), std::string::npos) << out;
 }
 
+// Token ids in and out need no tokenizer, except where the compression's triggers read the
+// tokenizer's line-break or </think> ids: then generate loads it (it failed with "none were
+// found" before, as if the model had no line breaks).
+TEST(GenerateCli, TriggersThatReadTokenIdsLoadTheTokenizer) {
+  const std::string model = test::shipped_model_dir().string();
+  std::string out;
+  const std::string base = test::rkv_binary() + " generate -m " + model +
+                           " --prompt-ids 1,2,3 --print-ids -n 8 --temp 0 --kv-method rkv "
+                           "--kv-budget 16 --kv-buffer 4 --kv-window 2 ";
+  EXPECT_EQ(test::run_command(base + "--kv-trigger newline 2>&1", out), 0) << out;
+}
+
 TEST(GenerateCli, DumpedCasesReplayToTheSameKeptSets) {
   const fs::path cases = fs::temp_directory_path() / ("rkv-cases-" + std::to_string(::getpid()));
   fs::remove_all(cases);

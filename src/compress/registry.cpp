@@ -94,12 +94,8 @@ std::span<const MethodInfo> method_table() {
 }
 
 const MethodInfo& method_info(Method method) {
-  const auto table = method_table();
-  const auto i = static_cast<std::size_t>(method);
-  if (i >= table.size()) {
-    throw Error("no method table entry for method " + std::to_string(static_cast<int>(method)));
-  }
-  return table[i];
+  compress::method_record(method);  // throws for a value outside the registry
+  return method_table()[static_cast<std::size_t>(method)];
 }
 
 const MethodInfo& method_info(std::string_view name) {

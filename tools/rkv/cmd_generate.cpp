@@ -48,9 +48,11 @@ void run(const Args& a) {
   Request request;
   request.compression = g.kv->params();
   // Token ids in and out need no tokenizer, unless the method (SkipKV) or steering read the
-  // tokens' text.
-  const bool needs_tokenizer = a.prompt_ids.empty() || !a.print_ids ||
-                               request.compression.info().needs.token_text ||
+  // tokens' text, or the compression's triggers its line-break or </think> ids.
+  const CompressionParams& kv = request.compression;
+  const bool needs_tokenizer = a.prompt_ids.empty() || !a.print_ids || kv.info().needs.token_text ||
+                               (kv.info().compresses && kv.trigger == Trigger::newline) ||
+                               (kv.info().compresses && kv.think_only) ||
                                !g.steering->path.empty() || !a.trace.empty();
   DeviceNeeds needs;
   needs.compressing_methods =
