@@ -41,8 +41,9 @@ done
 python3 - "$out" "$rounds" "${methods[@]}" <<'EOF'
 import json, statistics, sys
 out, rounds, methods = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-print("| method | test | old tok/s | new tok/s | new/old (median of %d rounds) |" % rounds)
-print("|---|---|---:|---:|---:|")
+print("| method | test | old tok/s | new tok/s | new/old (median of %d rounds) | new/old min-max |"
+      % rounds)
+print("|---|---|---:|---:|---:|---:|")
 for m in methods:
     runs = {b: [json.load(open(f"{out}/{m}.{b}.{r}.json"))["results"] for r in range(1, rounds + 1)]
             for b in ("old", "new")}
@@ -51,6 +52,6 @@ for m in methods:
         old = [runs["old"][r][i]["tokens_per_second"] for r in range(rounds)]
         new = [runs["new"][r][i]["tokens_per_second"] for r in range(rounds)]
         ratios = [n / o for n, o in zip(new, old)]
-        print("| %s | %s | %.2f | %.2f | %.3f |" % (m, name, statistics.median(old),
-              statistics.median(new), statistics.median(ratios)))
+        print("| %s | %s | %.2f | %.2f | %.3f | %.3f-%.3f |" % (m, name, statistics.median(old),
+              statistics.median(new), statistics.median(ratios), min(ratios), max(ratios)))
 EOF
