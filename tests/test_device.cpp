@@ -189,13 +189,14 @@ TEST(RunForward, StringsTheStepsOfEveryLayerInOrder) {
 }
 
 TEST(ForwardPass, TheCallerDrivesTheStepsInOrderAndReadsHostMemoryOnlyOnTheHost) {
+  const ModelConfig config = two_layers();  // a pass reads the config it was given: keep it alive
   KvCacheShape shape = device_shape();
   KvCache cache(shape);
   const std::vector<ForwardRow> rows = {{&cache, 1, 0, false}};
   {
     // On a device backend the residual stream and final hidden states are not the caller's.
     RecordingOps ops(false);
-    ForwardPass pass(two_layers(), ops, rows);
+    ForwardPass pass(config, ops, rows);
     EXPECT_FALSE(pass.on_host());
     pass.append_kv(0);
     pass.attend(0);
@@ -209,7 +210,7 @@ TEST(ForwardPass, TheCallerDrivesTheStepsInOrderAndReadsHostMemoryOnlyOnTheHost)
     EXPECT_EQ(ops.calls.back(), "end 1");
   }
   RecordingOps ops(true);
-  ForwardPass pass(two_layers(), ops, rows);
+  ForwardPass pass(config, ops, rows);
   EXPECT_TRUE(pass.on_host());
   // A step out of order is refused before it runs: attention needs the layer's keys first, and
   // a layer is finished before the next begins.
