@@ -86,6 +86,10 @@ std::vector<std::string> sse_events(const std::string& text) {
 TEST_F(ServerTest, LoadingThenServingLikeTheEngineAlone) {
   ServerOptions o;
   o.port = 0;
+  // The engine outlives the server (here and below): the server's handler threads, which prepare
+  // requests with the engine, are joined before the engine goes.
+  EngineOptions eo;
+  Engine engine(*model_, tokenizer_.get(), pool_, eo);
   Running r(o);
   auto client = r.client();
   auto health = client.Get("/health");
@@ -96,8 +100,6 @@ TEST_F(ServerTest, LoadingThenServingLikeTheEngineAlone) {
   EXPECT_EQ(early->status, 503);
   EXPECT_EQ(json::parse(early->body)["error"]["code"], "loading");
 
-  EngineOptions eo;
-  Engine engine(*model_, tokenizer_.get(), pool_, eo);
   engine.start();
   r.server().set_engine(&engine, "tiny", {});
   EXPECT_EQ(client.Get("/health")->status, 200);
@@ -162,8 +164,8 @@ TEST_F(ServerTest, LoadingThenServingLikeTheEngineAlone) {
 TEST_F(ServerTest, ADisconnectedStreamIsCancelledAndItsSlotFreed) {
   ServerOptions o;
   o.port = 0;
-  Running r(o);
   Engine engine(*model_, tokenizer_.get(), pool_);
+  Running r(o);
   engine.start();
   r.server().set_engine(&engine, "tiny", {});
   json b = body(test::held_out_problems(1)[0], "rkv", 96, true);
@@ -198,8 +200,10 @@ TEST_F(ServerTest, AFullQueueAnswers429AndBadRequestsGetErrorObjects) {
   ServerOptions o;
   o.port = 0;
   o.queue_limit = 1;
-  Running r(o);
+  // The engine outlives the server: the server's handler threads (which prepare requests with the
+  // engine) are joined before the engine goes.
   Engine engine(*model_, tokenizer_.get(), pool_);
+  Running r(o);
   r.server().set_engine(&engine, "tiny", {});  // not started yet: submissions stay queued
   const json first = body(test::held_out_problems(1)[0], "fullkv", 0, false);
   std::thread waiting([&] {
@@ -270,10 +274,10 @@ TEST_F(ServerTest, AFullQueueAnswers429AndBadRequestsGetErrorObjects) {
 TEST_F(ServerTest, HostileRequestsGetA400NamingTheFieldAndTheServerGoesOn) {
   ServerOptions o;
   o.port = 0;
-  Running r(o);
   EngineOptions eo;
   eo.context_size = 512;
   Engine engine(*model_, tokenizer_.get(), pool_, eo);
+  Running r(o);
   engine.start();
   r.server().set_engine(&engine, "tiny", {});
   auto client = r.client();
@@ -333,8 +337,8 @@ TEST_F(ServerTest, AnApiKeyGuardsEveryEndpointButHealth) {
   ServerOptions o;
   o.port = 0;
   o.api_key = "sesame";
-  Running r(o);
   Engine engine(*model_, tokenizer_.get(), pool_);
+  Running r(o);
   engine.start();
   r.server().set_engine(&engine, "tiny", {});
   auto client = r.client();
