@@ -25,7 +25,7 @@ inline PreparedRequest prepared_request(const Model& model, Request r) {
                                             p.max_new_tokens + r.seed_tokens);
   r.kv_dtype = r.kv_dtype.value_or(model.default_kv_dtype());
   p.slot_bytes = KvCache::slot_bytes_for(
-      model.cache_shape(p.cache_capacity, KvMemory::window_for(r.compression), r.kv_dtype));
+      KvMemory::shape_for(model, r.compression, p.cache_capacity, *r.kv_dtype));
   p.request = std::move(r);
   return p;
 }

@@ -68,9 +68,8 @@ void BatchEngine::admit() {
     if (options_.kv_memory_bytes > 0 &&
         kv_bytes_in_use_ + seq.request.slot_bytes > options_.kv_memory_bytes)
       break;
-    seq.memory->allocate(model_.cache_shape(seq.request.cache_capacity,
-                                            KvMemory::window_for(seq.request.request.compression),
-                                            seq.kv_dtype()));
+    seq.memory->allocate(KvMemory::shape_for(model_, seq.request.request.compression,
+                                             seq.request.cache_capacity, seq.kv_dtype()));
     seq.sampler = std::make_unique<Sampler>(seq.request.request.sampling);
     seq.admitted = Clock::now();
     kv_bytes_in_use_ += seq.request.slot_bytes;

@@ -179,8 +179,8 @@ PreparedRequest Engine::prepare(Request request) const {
     throw Error("on --device cuda every request of a batch uses the engine's KV dtype (" +
                 std::string(kv_dtype_name(engine_dtype)) + "), not " +
                 std::string(kv_dtype_name(*request.kv_dtype)));
-  p.slot_bytes = KvCache::slot_bytes_for(model_.cache_shape(
-      p.cache_capacity, KvMemory::window_for(request.compression), request.kv_dtype));
+  p.slot_bytes = KvCache::slot_bytes_for(
+      KvMemory::shape_for(model_, request.compression, p.cache_capacity, *request.kv_dtype));
   const std::size_t cap = batch_->kv_memory_bytes();
   if (cap > 0 && p.slot_bytes > cap)
     throw Error("the request needs a KV cache of " + std::to_string(p.slot_bytes) + " bytes (" +

@@ -31,8 +31,9 @@ int KvMemory::capacity_for(const CompressionParams& params, int prompt_tokens, i
   return static_cast<int>(std::min(capacity, total));
 }
 
-int KvMemory::window_for(const CompressionParams& params) {
-  return params.info().compresses ? params.window : 0;
+KvCacheShape KvMemory::shape_for(const Model& model, const CompressionParams& params, int capacity,
+                                 KvDtype dtype) {
+  return model.cache_shape(capacity, params.info().compresses ? params.window : 0, dtype);
 }
 
 void KvMemory::allocate(const KvCacheShape& shape) {

@@ -27,6 +27,7 @@
 #include "engine/sentence_tracker.h"
 #include "engine/steering.h"
 #include "kv/kv_cache.h"
+#include "model/model.h"
 #include "rkv/compression.h"
 
 namespace rkv {
@@ -61,14 +62,17 @@ class KvMemory {
   // prompt, which is compressed only after prefill; plus everything after </think> with
   // think_only); a method that never compresses: prompt + max_new_tokens.
   static int capacity_for(const CompressionParams& params, int prompt_tokens, int max_new_tokens);
-  // Queries the cache's ring must keep for the method.
-  static int window_for(const CompressionParams& params);
+  // The shape of a cache of `capacity` entries per (layer, KV head) for the method: the model's
+  // layers and heads, the query ring the method reads (none for one that never compresses), and
+  // `dtype`. What admission allocates and what Engine::prepare sizes the slot by.
+  static KvCacheShape shape_for(const Model& model, const CompressionParams& params, int capacity,
+                                KvDtype dtype);
 
   // `params` and `steering` as Engine::prepare validated them; skipkv and steering need
   // vocab.token_text (prepare refuses them without a tokenizer).
   KvMemory(const CompressionParams& params, CompressionVocab vocab, SteeringParams steering = {});
 
-  // Allocates the cache (at admission): shape from the model, capacity from capacity_for().
+  // Allocates the cache (at admission): shape_for() with capacity_for()'s capacity.
   void allocate(const KvCacheShape& shape);
   bool allocated() const { return cache_ != nullptr; }
   // The cache, read-only; its writable pointer goes only to the forward pass's rows (appends).

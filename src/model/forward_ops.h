@@ -107,7 +107,6 @@ class ForwardPass {
   ForwardPass& operator=(const ForwardPass&) = delete;
 
   int layers() const { return config_.num_layers; }
-  std::span<const ForwardRow> rows() const { return rows_; }
   // Whether hidden() and final_hidden() are readable (the CPU; not a device backend).
   bool on_host() const { return on_host_; }
 

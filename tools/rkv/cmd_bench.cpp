@@ -218,19 +218,14 @@ void run(const Args& a) {
   std::fprintf(stderr, "%s", table.c_str());
   BatchEngineOptions engine_options;
   engine_options.kv_memory_bytes = cap;
-  // Requests are prepared (validated, their slots sized) by an Engine with the same cap; the
-  // runs step a BatchEngine of their own, to time its steps and read its compression time.
-  EngineOptions preparer_options;
-  preparer_options.kv_memory_bytes = cap;
-  const Engine preparer(*model, nullptr, pool, preparer_options);
-  // A request whose slot exceeds the cap is reported and skipped, not refused.
-  EngineOptions sizing_options = preparer_options;
-  sizing_options.kv_memory_bytes = 0;
-  const Engine sizing_preparer(*model, nullptr, pool, sizing_options);
+  // Requests are prepared (validated, their slots sized) by an Engine without a cap, so that a
+  // request whose slot exceeds the cap is reported and skipped here rather than refused; the
+  // runs step a BatchEngine of their own, which holds the cap, to time its steps and read its
+  // compression time.
+  const Engine preparer(*model, nullptr, pool);
   for (int gen_len : gen_lens) {
     BatchEngine sizing(*model, pool, engine_options);
-    const std::size_t full_bytes =
-        sizing_preparer.prepare(make_request("fullkv", 0, gen_len)).slot_bytes;
+    const std::size_t full_bytes = preparer.prepare(make_request("fullkv", 0, gen_len)).slot_bytes;
     for (const auto& method : methods) {
       std::vector<eval::BudgetSpec> method_budgets =
           method == "fullkv" ? std::vector<eval::BudgetSpec>{eval::BudgetSpec{0, 0.0, "-"}}
@@ -239,7 +234,7 @@ void run(const Args& a) {
         const int budget =
             b.ratio > 0 ? std::max(1, static_cast<int>(b.ratio * gen_len + 0.5)) : b.tokens;
         const Request request = make_request(method, budget, gen_len);
-        const PreparedRequest sized = sizing_preparer.prepare(request);
+        const PreparedRequest sized = preparer.prepare(request);
         const std::size_t slot = sized.slot_bytes;
         if (cap > 0 && slot > cap) {
           std::fprintf(
@@ -363,7 +358,7 @@ void run(const Args& a) {
     for (const auto& method : methods) {
       const int budget = budgets[0].ratio > 0 ? static_cast<int>(budgets[0].ratio * gen_len + 0.5)
                                               : budgets[0].tokens;
-      const PreparedRequest r = sizing_preparer.prepare(make_request(method, budget, gen_len));
+      const PreparedRequest r = preparer.prepare(make_request(method, budget, gen_len));
       const int bucket = std::max(1, gen_len / 128);
       PlotSeries s;
       s.name = method == "fullkv" ? "fullkv" : method + " (budget " + std::to_string(budget) + ")";

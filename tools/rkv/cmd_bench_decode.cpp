@@ -180,8 +180,8 @@ void setup(CLI::App& app) {
       int entries = 0;
       for (int rep = 0; rep < args->repetitions; ++rep) {
         KvMemory memory(kv_params, {});
-        memory.allocate(model->cache_shape(KvMemory::capacity_for(kv_params, depth, args->n_gen),
-                                           KvMemory::window_for(kv_params), kv_dtype));
+        memory.allocate(KvMemory::shape_for(
+            *model, kv_params, KvMemory::capacity_for(kv_params, depth, args->n_gen), kv_dtype));
         KvMemory* const memories[] = {&memory};
         const KvCache& cache = memory.cache();
         if (depth > 0) {
