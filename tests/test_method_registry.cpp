@@ -68,10 +68,13 @@ TEST(CompressionRegistry, PropertiesTheEngineAsks) {
   EXPECT_EQ(names_where([](const MethodInfo& i) { return !i.compresses; }), Set{"fullkv"});
   EXPECT_EQ(names_where([](const MethodInfo& i) { return !rkv::has_state(i.initial_state); }),
             Set{"gkv"});
-  for (const auto& info : rkv::method_table()) {
+  for (const auto& info : rkv::method_table())
     EXPECT_TRUE(!rkv::has_state(info.initial_state) || info.initial_state == 0.0f) << info.name;
-    EXPECT_EQ(info.timing, rkv::Timing::per_layer) << info.name;
-  }
+  EXPECT_EQ(names_where([](const MethodInfo& i) { return i.timing == rkv::Timing::whole_pass; }),
+            Set{"triattention"});
+  EXPECT_EQ(names_where([](const MethodInfo& i) { return i.pins_prompt; }), Set{"triattention"});
+  EXPECT_EQ(names_where([](const MethodInfo& i) { return i.needs.query_stats; }),
+            Set{"triattention"});
   EXPECT_EQ(names_where([](const MethodInfo& i) { return i.needs.reads_entry_state; }),
             (Set{"gkv", "h2o"}));
   EXPECT_EQ(names_where([](const MethodInfo& i) { return i.needs.step_attention; }), Set{"h2o"});
@@ -81,7 +84,7 @@ TEST(CompressionRegistry, PropertiesTheEngineAsks) {
             (Set{"rkv", "snapkv", "streamingllm"}));
   // The methods that keep a window (budget > window, n_all >= window) are those reading it.
   EXPECT_EQ(names_where([](const MethodInfo& i) { return !i.reads("window"); }),
-            (Set{"fullkv", "streamingllm"}));
+            (Set{"fullkv", "streamingllm", "triattention"}));
 }
 
 TEST(CompressionRegistry, NeedsAreConsistent) {
@@ -148,8 +151,10 @@ std::set<std::string> filled(const rkv::Diagnostics& d) {
 
 // Each method declares the HeadDiagnostics vectors its compressions fill: with its defaults, and
 // with every optional setting it reads turned on, it fills only those, and all of them once.
+// (A whole-pass method's are checked where the engine runs it: test_triattention_engine.cpp.)
 TEST(CompressionRegistry, TraceFieldsAreWhatEachMethodFills) {
   for (const auto& info : rkv::method_table()) {
+    if (info.timing == rkv::Timing::whole_pass) continue;
     std::vector<CompressionParams> variants = {info.defaults};
     if (info.reads("shift_gamma")) {
       CompressionParams shifted = info.defaults;
@@ -197,7 +202,7 @@ TEST(CompressionRegistry, MethodFlagHelpListsTheRegistry) {
   const auto table = rkv::compression_param_table();
   ASSERT_EQ(table.front().name, "method");
   EXPECT_EQ(table.front().help,
-            "compression method: fullkv|streamingllm|h2o|snapkv|rkv|gkv|skipkv|random");
+            "compression method: fullkv|streamingllm|h2o|snapkv|rkv|gkv|skipkv|random|triattention");
 }
 
 // Outside src/compress and include/rkv/compression.h no source names a method: everything else

@@ -37,16 +37,20 @@ class ThreadPool;
 // file and one registry row (docs/ARCHITECTURE.md, "Adding a method"). Outside src/compress and
 // this header nothing names a value: the engine, server and tools ask the record (method_info,
 // CompressionParams::info) for what they need, by name or by property.
-enum class Method { fullkv, streamingllm, h2o, snapkv, rkv, gkv, skipkv, random };
+enum class Method { fullkv, streamingllm, h2o, snapkv, rkv, gkv, skipkv, random, triattention };
 // G-KV's global-score smoothing (ALGORITHMS.md 4, `gkv`). `none` turns the score cache off (and
 // with it the max-normalisations), as G-KV's `enable_score_cache=False` does.
 enum class Smoothing { none, max, mean, sum };
 // When the engine compresses (ALGORITHMS.md 1): every `buffer` tokens, or on line-break tokens.
 enum class Trigger { every_buffer, newline };
+// TriAttention's selection (TRIATTENTION.md 5.4): per_head, the paper's (one set per KV head for
+// every layer); union (one set for every head and layer); per_layer_perhead (a set per layer and
+// KV head).
+enum class TriSelection { per_head, union_all, per_layer_perhead };
 
 // When a method decides what to keep. per_layer: as each layer's keys are appended, from that
-// layer alone (every method today). whole_pass: once per step for all layers together, after the
-// last layer of the forward pass (TriAttention, issue 35; no method uses it yet).
+// layer alone. whole_pass: once per step for all layers together, after the last layer of the
+// forward pass (triattention: its per_head and union selections combine every layer's scores).
 enum class Timing { per_layer, whole_pass };
 
 // Names as used on the command line and in JSON ("rkv", "gkv", "max", "every-buffer", ...).
@@ -57,6 +61,8 @@ Smoothing parse_smoothing(std::string_view name);
 std::string_view smoothing_name(Smoothing smoothing);
 Trigger parse_trigger(std::string_view name);
 std::string_view trigger_name(Trigger trigger);
+TriSelection parse_selection(std::string_view name);
+std::string_view selection_name(TriSelection selection);
 
 struct MethodInfo;
 
@@ -100,6 +106,11 @@ struct CompressionParams {
   // random: the seed of its draws. The entries a compression keeps depend only on the seed, the
   // layer, the KV head and the sequence length, so a run is reproducible.
   std::uint32_t seed = 0;
+  // triattention (TRIATTENTION.md; `buffer` is its divide_length: the cache grows to budget +
+  // buffer, then a compression cuts it back to budget, the prompt included and pinned).
+  TriSelection selection = TriSelection::per_head;
+  bool normalize = true;   // z-score each (layer, query head) row over the generated entries
+  int offset_max = 65536;  // future distances 1, 2, 4, ... up to this one are averaged over
 
   static std::vector<std::string> default_sentence_delimiters();
   static std::vector<std::string> default_sentence_keywords();
@@ -158,6 +169,9 @@ struct StageNeeds {
   // Sentence embeddings from the final hidden states (skipkv: the mean over each sentence's
   // tokens, whose cosines give LayerView::position_penalty). Implies token_text and positions.
   bool final_hidden = false;
+  // The model's calibration statistics of its pre-RoPE queries (triattention; `rkv calibrate`):
+  // a request without them is refused.
+  bool query_stats = false;
 };
 
 // A method's record ("presets are data"): `rkv methods` prints the table. Each record is built in
@@ -184,6 +198,9 @@ struct MethodInfo {
   // h2o's accumulators start).
   float initial_state = 0.0f;
   Timing timing = Timing::per_layer;
+  // Keeps every prompt entry and counts them in its budget (triattention): Engine::prepare
+  // refuses a prompt of budget entries or more.
+  bool pins_prompt = false;
   // Whether `rkv generate --dump-case` can write its compressions as golden case files: only
   // methods without per-entry state or sentence penalties, which the case format cannot hold.
   bool case_dump = false;

@@ -46,6 +46,7 @@ class Tokenizer;
 class ThreadPool;
 class BatchEngine;
 struct CompressionEvent;
+struct QueryStats;
 
 struct EngineOptions {
   std::size_t kv_memory_bytes = 0;  // cap on all running sequences' KV slots (0: none)
@@ -63,6 +64,9 @@ struct EngineOptions {
   // The KV cache dtype of requests that name none (none here: bf16 for a bf16 or f16
   // checkpoint, f32 for an f32 one).
   std::optional<KvDtype> kv_dtype;
+  // The model's TriAttention statistics (load_query_stats in src/engine/query_stats.h; `rkv
+  // calibrate` writes them). Null: none, and a request for a method that needs them is refused.
+  std::shared_ptr<const QueryStats> query_stats;
 };
 
 struct Request {

@@ -11,6 +11,11 @@ namespace rkv {
 namespace {
 
 void check_view(const LayerView& v, const CompressionParams& p) {
+  if (method_info(p.method).timing == Timing::whole_pass) {
+    throw Error("kv method " + std::string(method_name(p.method)) +
+                " decides for every layer at once after the forward pass (plan_whole_pass), "
+                "not one layer at a time");
+  }
   const auto shape = [&] {
     return " (q_heads " + std::to_string(v.q_heads) + ", kv_heads " + std::to_string(v.kv_heads) +
            ", head_dim " + std::to_string(v.head_dim) + ", n_all " + std::to_string(v.n_all) +

@@ -15,7 +15,8 @@ json needs_json(const StageNeeds& needs) {
   return {{"window_queries", needs.window_queries}, {"keys", needs.keys},
           {"entry_state", needs.entry_state},       {"step_attention", needs.step_attention},
           {"positions", needs.positions},           {"reads_entry_state", needs.reads_entry_state},
-          {"token_text", needs.token_text},         {"final_hidden", needs.final_hidden}};
+          {"token_text", needs.token_text},         {"final_hidden", needs.final_hidden},
+          {"query_stats", needs.query_stats}};
 }
 
 // The defaults of the parameters `info` reads, in the order of its `params`.

@@ -52,6 +52,11 @@ constexpr std::array<std::pair<std::string_view, Trigger>, 2> kTriggerNames{{
     {"every-buffer", Trigger::every_buffer},
     {"newline", Trigger::newline},
 }};
+constexpr std::array<std::pair<std::string_view, TriSelection>, 3> kSelectionNames{{
+    {"per_head", TriSelection::per_head},
+    {"union", TriSelection::union_all},
+    {"per_layer_perhead", TriSelection::per_layer_perhead},
+}};
 
 }  // namespace
 
@@ -66,6 +71,12 @@ Trigger parse_trigger(std::string_view name) {
 }
 std::string_view trigger_name(Trigger trigger) {
   return name_of(trigger, kTriggerNames);
+}
+TriSelection parse_selection(std::string_view name) {
+  return parse_name("triattention selection", name, kSelectionNames);
+}
+std::string_view selection_name(TriSelection selection) {
+  return name_of(selection, kSelectionNames);
 }
 
 }  // namespace rkv

@@ -21,8 +21,11 @@ constexpr std::size_t kMaxListText = 256;   // bytes of one delimiter / keyword
 // The method's help lists the registry's methods (compression_param_table fills it in).
 constexpr ParamInfo kParams[] = {
     {"method", "--kv-method", "compression method"},
-    {"budget", "--kv-budget", "entries kept per KV head after a compression, window included"},
-    {"buffer", "--kv-buffer", "new tokens accepted between two compressions"},
+    {"budget", "--kv-budget",
+     "entries kept per KV head after a compression, window included (triattention: prompt "
+     "included)"},
+    {"buffer", "--kv-buffer",
+     "new tokens accepted between two compressions (triattention: its divide_length)"},
     {"window", "--kv-window", "observation window: recent queries used for scoring, never evicted"},
     {"sinks", "--kv-sinks", "streamingllm: leading entries always kept"},
     {"kernel", "--kv-kernel",
@@ -48,6 +51,13 @@ constexpr ParamInfo kParams[] = {
     {"keywords", "--kv-keywords",
      "skipkv/steering: comma list of case-sensitive words that mark a non-execution sentence"},
     {"seed", "--kv-seed", "random: seed of the random evictions (the same seed, the same choices)"},
+    {"selection", "--kv-selection",
+     "triattention: per_head (the paper's: a set per KV head, every layer)|union|"
+     "per_layer_perhead"},
+    {"normalize", "--kv-normalize",
+     "triattention: z-score each (layer, query head) row of scores before combining (on|off)"},
+    {"offset_max", "--kv-offset-max",
+     "triattention: the score averages future distances 1, 2, 4, ... up to this one"},
 };
 
 [[noreturn]] void bad_value(std::string_view name, std::string_view value, const char* expected) {
@@ -219,6 +229,8 @@ void CompressionParams::validate() const {
   };
   check_list(delimiters, "delimiters");
   check_list(keywords, "keywords");
+  require(offset_max >= 1 && offset_max <= (1 << 30),
+          "kv offset_max must be in [1, 1073741824], got " + std::to_string(offset_max) + m);
   require(smoothing == Smoothing::none || smoothing == Smoothing::max ||
               smoothing == Smoothing::mean || smoothing == Smoothing::sum,
           "kv smoothing has an invalid value" + m);
@@ -274,6 +286,12 @@ void CompressionParams::set(std::string_view name, std::string_view value) {
     delimiters = parse_text_list(name, value);
   } else if (name == "keywords") {
     keywords = parse_text_list(name, value);
+  } else if (name == "selection") {
+    selection = parse_selection(value);
+  } else if (name == "normalize") {
+    normalize = parse_bool(name, value);
+  } else if (name == "offset_max") {
+    offset_max = parse_int(name, value);
   } else if (name == "seed") {
     std::uint32_t v = 0;
     auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
@@ -312,6 +330,9 @@ std::string CompressionParams::to_json() const {
   j["delimiters"] = delimiters;
   j["keywords"] = keywords;
   j["seed"] = seed;
+  j["selection"] = selection_name(selection);
+  j["normalize"] = normalize;
+  j["offset_max"] = offset_max;
   // Delimiters and keywords are raw token bytes and need not be valid UTF-8 (found by
   // fuzz/compression_params.cpp): invalid bytes are written as U+FFFD instead of throwing.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

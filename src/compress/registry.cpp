@@ -18,13 +18,14 @@ MethodRecord rkv_method();
 MethodRecord gkv_method();
 MethodRecord skipkv_method();
 MethodRecord random_method();
+MethodRecord triattention_method();
 
 namespace {
 
 std::vector<MethodRecord> build_records() {
-  std::vector<MethodRecord> records = {fullkv_method(), streamingllm_method(), h2o_method(),
-                                       snapkv_method(), rkv_method(),          gkv_method(),
-                                       skipkv_method(), random_method()};
+  std::vector<MethodRecord> records = {
+      fullkv_method(), streamingllm_method(), h2o_method(),    snapkv_method(),      rkv_method(),
+      gkv_method(),    skipkv_method(),       random_method(), triattention_method()};
   const auto fields = diagnostic_fields();
   const auto field_rank = [&](std::string_view name) {
     const auto it = std::find_if(fields.begin(), fields.end(),
@@ -38,6 +39,12 @@ std::vector<MethodRecord> build_records() {
     if (info.method != static_cast<Method>(i) || records[i].stages == nullptr) {
       throw Error("method registry: row " + std::to_string(i) + " (" + std::string(info.name) +
                   ") is out of the Method enum's order or has no stages");
+    }
+    const bool whole = info.timing == Timing::whole_pass;
+    if (whole != (records[i].whole_pass_due != nullptr) ||
+        whole != (records[i].plan_whole_pass != nullptr)) {
+      throw Error("method registry: " + std::string(info.name) +
+                  " must have a whole-pass trigger and plan exactly when its timing is whole_pass");
     }
     std::sort(
         info.trace_fields.begin(), info.trace_fields.end(),

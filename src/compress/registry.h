@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "compress/pipeline.h"
+#include "compress/whole_pass.h"
 #include "rkv/compression.h"
 
 namespace rkv::compress {
@@ -27,6 +28,12 @@ struct MethodRecord {
   // Checks of its own beyond CompressionParams::validate's common ones, or null. Throws
   // rkv::Error; `method_suffix` (" (kv method NAME)") ends every message.
   void (*validate)(const CompressionParams& params, const std::string& method_suffix) = nullptr;
+  // A whole_pass method (info.timing): its trigger and its plan of every layer at once
+  // (whole_pass.h); null for a per_layer one.
+  bool (*whole_pass_due)(const CompressionParams& params, int n_all, int prefix,
+                         std::int64_t next_position) = nullptr;
+  SequencePlan (*plan_whole_pass)(const SequenceView& view, const CompressionParams& params,
+                                  ThreadPool* pool) = nullptr;
 };
 
 // The records, in the order of the Method enum.

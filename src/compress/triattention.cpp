@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace rkv::tri {
 
@@ -146,7 +147,7 @@ std::vector<double> reduce(const std::vector<const std::vector<double>*>& rows, 
 
 Decision decide(const std::vector<std::vector<HeadKeys>>& keys, int head_dim, int q_heads,
                 int prefix, const Stats& stats, const Rope& rope, const Params& params,
-                std::int64_t round_start) {
+                std::int64_t round_start, ThreadPool* pool) {
   const int layers = static_cast<int>(keys.size());
   if (layers == 0 || keys[0].empty()) throw Error("triattention: no keys");
   const int kv_heads = static_cast<int>(keys[0].size());
@@ -181,14 +182,19 @@ Decision decide(const std::vector<std::vector<HeadKeys>>& keys, int head_dim, in
   if (rows.empty())
     for (int l = 0; l < layers; ++l)
       for (int j = 0; j < q_heads; ++j) rows.emplace_back(l, j);
-  for (const auto& [l, j] : rows) {
+  for (const auto& [l, j] : rows)
     if (l < 0 || l >= layers || j < 0 || j >= q_heads)
       throw Error("triattention: a sampled head is outside the model");
+  // Each (layer, query head) row is scored and normalised alone: the rows run in parallel.
+  d.raw.resize(rows.size());
+  d.normalized.resize(rows.size());
+  const auto score_row = [&](std::size_t r) {
+    const auto [l, j] = rows[r];
     const HeadKeys& all = keys[static_cast<std::size_t>(l)][static_cast<std::size_t>(j / group)];
     HeadKeys decode{all.keys + static_cast<std::size_t>(d.prefix) * head_dim,
                     all.positions + d.prefix, n_decode};
-    d.raw.push_back(raw_scores(decode, head_dim, stats, l, j, rope, params, round_start));
-    std::vector<double> z = d.raw.back();
+    d.raw[r] = raw_scores(decode, head_dim, stats, l, j, rope, params, round_start);
+    std::vector<double> z = d.raw[r];
     if (params.normalize_scores && n_decode > 0) {
       double mean = 0.0;
       for (double x : z) mean += x;
@@ -198,7 +204,12 @@ Decision decide(const std::vector<std::vector<HeadKeys>>& keys, int head_dim, in
       const double sd = std::max(std::sqrt(var / n_decode), 1e-6);
       for (double& x : z) x = (x - mean) / sd;
     }
-    d.normalized.push_back(std::move(z));
+    d.normalized[r] = std::move(z);
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(rows.size(), score_row);
+  } else {
+    for (std::size_t r = 0; r < rows.size(); ++r) score_row(r);
   }
 
   const auto n_d = static_cast<std::size_t>(n_decode);

@@ -8,6 +8,10 @@
 #include <cstdint>
 #include <vector>
 
+namespace rkv {
+class ThreadPool;
+}
+
 namespace rkv::tri {
 
 // The calibration statistics (spec 2.1): per layer and query head, per frequency pair f of the
@@ -91,9 +95,10 @@ struct Decision {
 
 // One compression of a cache whose every layer and KV head holds `n` entries, prefix of them
 // the prompt (cache indices 0..prefix-1). keys[layer][kv_head]. kv heads = q_heads / group.
+// With a pool, the (layer, query head) rows are scored in parallel.
 Decision decide(const std::vector<std::vector<HeadKeys>>& keys, int head_dim, int q_heads,
                 int prefix, const Stats& stats, const Rope& rope, const Params& params,
-                std::int64_t round_start);
+                std::int64_t round_start, ThreadPool* pool = nullptr);
 
 // Whether the trigger fires after a decode step that left `cache_len` entries of which `prefix`
 // are the prompt, with `absolute_position` the position the next token gets (spec 6.1).

@@ -50,8 +50,9 @@ std::uint64_t BatchEngine::submit(PreparedRequest request, SequenceHooks hooks) 
                 std::to_string(options_.kv_memory_bytes) +
                 " bytes: lower the budget or max tokens, or raise the cap");
   auto seq = std::make_unique<Sequence>();
-  seq->memory = std::make_unique<KvMemory>(request.request.compression, options_.compression_vocab,
-                                           request.request.steering);
+  seq->memory = std::make_unique<KvMemory>(
+      request.request.compression, options_.compression_vocab, request.request.steering,
+      ModelCalibration{options_.query_stats, model_.rope_frequencies()});
   if (request.request.on_compression) seq->memory->set_listener(request.request.on_compression);
   seq->id = next_id_++;
   seq->request = std::move(request);
@@ -69,7 +70,8 @@ void BatchEngine::admit() {
         kv_bytes_in_use_ + seq.request.slot_bytes > options_.kv_memory_bytes)
       break;
     seq.memory->allocate(KvMemory::shape_for(model_, seq.request.request.compression,
-                                             seq.request.cache_capacity, seq.kv_dtype()));
+                                             seq.request.cache_capacity, seq.kv_dtype()),
+                         seq.prompt_size() - seq.seed_tokens());
     seq.sampler = std::make_unique<Sampler>(seq.request.request.sampling);
     seq.admitted = Clock::now();
     kv_bytes_in_use_ += seq.request.slot_bytes;

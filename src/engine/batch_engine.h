@@ -33,6 +33,9 @@ struct BatchEngineOptions {
   int prefill_chunk = 256;  // prompt tokens per step, over all prefilling sequences
   // The tokenizer's ids and text the compression triggers and sentence tracking read.
   CompressionVocab compression_vocab;
+  // The model's TriAttention statistics (`rkv calibrate`; null: none, and Engine::prepare
+  // refuses a method that needs them).
+  std::shared_ptr<const QueryStats> query_stats;
 };
 
 class BatchEngine {

@@ -53,6 +53,7 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, ThreadPool& pool,
     vocab_->think_start_id = tokenizer_->token_id("<think>");
   }
   b.compression_vocab = vocab_->compression;
+  b.query_stats = options_.query_stats;
   batch_ = std::make_unique<BatchEngine>(model_, pool_, std::move(b));
   stats_.kv_bytes_cap = options_.kv_memory_bytes;
 }
@@ -155,6 +156,23 @@ PreparedRequest Engine::prepare(Request request) const {
   if (request.seed_tokens < 0 || request.seed_tokens >= prompt)
     throw Error("seed tokens must be between 0 and the prompt's length less one, not " +
                 std::to_string(request.seed_tokens));
+  const MethodInfo& method = request.compression.info();
+  if (method.needs.query_stats && !options_.query_stats)
+    throw RequestError("kv method " + std::string(method.name) +
+                           " needs the model's query statistics, and none are loaded: compute "
+                           "them with `rkv calibrate -m MODEL -f TEXT -o "
+                           "MODEL/query_stats.safetensors` (read from there by default) or name "
+                           "a file with --query-stats FILE",
+                       "kv");
+  // The reference keeps only the first `budget` prompt entries then, and drops every generated
+  // one at every compression (TRIATTENTION.md 10.3): refused as out of its specification.
+  if (method.pins_prompt && prompt - request.seed_tokens >= request.compression.budget)
+    throw RequestError("kv method " + std::string(method.name) +
+                           " keeps the whole prompt and counts it in its budget: the budget (" +
+                           std::to_string(request.compression.budget) +
+                           ") must be larger than the prompt (" +
+                           std::to_string(prompt - request.seed_tokens) + " tokens)",
+                       "kv");
 
   // The slot: what admission will reserve under the cap. Seed tokens count as generated ones:
   // a compressed cache needs budget + buffer for them.

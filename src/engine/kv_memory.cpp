@@ -3,16 +3,19 @@
 #include <algorithm>
 #include <chrono>
 
+#include "compress/whole_pass.h"
 #include "core/error.h"
 #include "kernels/attention.h"
 
 namespace rkv {
 
-KvMemory::KvMemory(const CompressionParams& params, CompressionVocab vocab, SteeringParams steering)
+KvMemory::KvMemory(const CompressionParams& params, CompressionVocab vocab, SteeringParams steering,
+                   ModelCalibration calibration)
     : params_(params),
       method_(params.info()),
       vocab_(std::move(vocab)),
-      steering_(std::move(steering)) {
+      steering_(std::move(steering)),
+      calibration_(std::move(calibration)) {
   // Steering alone only needs the segmentation and labels (N_o); skipkv also the embeddings.
   if (method_.needs.final_hidden || steering_.enabled()) {
     sentences_ = std::make_unique<SentenceTracker>(params_.delimiters, params_.keywords,
@@ -33,11 +36,16 @@ int KvMemory::capacity_for(const CompressionParams& params, int prompt_tokens, i
 
 KvCacheShape KvMemory::shape_for(const Model& model, const CompressionParams& params, int capacity,
                                  KvDtype dtype) {
-  return model.cache_shape(capacity, params.info().compresses ? params.window : 0, dtype);
+  // The query ring holds the window queries per-layer methods score with; a whole-pass method
+  // (TriAttention) reads no live query.
+  const MethodInfo& info = params.info();
+  const bool ring = info.compresses && info.timing == Timing::per_layer;
+  return model.cache_shape(capacity, ring ? params.window : 0, dtype);
 }
 
-void KvMemory::allocate(const KvCacheShape& shape) {
+void KvMemory::allocate(const KvCacheShape& shape, int prompt_tokens) {
   cache_ = std::make_unique<KvCache>(shape);
+  prompt_tokens_ = prompt_tokens;
   // G-KV: a new entry has no global score yet; H2O: its accumulator starts at 0.
   cache_->set_initial_state(method_.initial_state);
 }
@@ -45,6 +53,7 @@ void KvMemory::allocate(const KvCacheShape& shape) {
 void KvMemory::begin_decode_step(int token, std::int64_t position) {
   seq_len_ = position + 1;
   due_ = false;
+  in_decode_step_ = true;
   decode_position_ = position;
   if (sentences_) {
     if (compressions_ != compressions_seen_) forget_evicted_sentences();
@@ -56,6 +65,7 @@ void KvMemory::begin_decode_step(int token, std::int64_t position) {
     think_done_ = true;
     return;
   }
+  if (method_.timing == Timing::whole_pass) return;  // decided after the pass: end_decode_step
   if (params_.trigger == Trigger::every_buffer) {
     due_ = seq_len_ % params_.buffer == 0;
   } else {
@@ -70,6 +80,11 @@ void KvMemory::begin_decode_step(int token, std::int64_t position) {
 void KvMemory::compress_all_layers(std::int64_t tokens, ThreadPool* pool) {
   if (!compresses()) return;
   seq_len_ = tokens;
+  if (method_.timing == Timing::whole_pass) {
+    if (tokens > prompt_tokens_ && cache_->length(0) > params_.budget)
+      compress_whole_pass(tokens, pool);
+    return;
+  }
   for (int layer = 0; layer < cache_->shape().layers; ++layer) compress_layer(layer, tokens, pool);
 }
 
@@ -125,6 +140,83 @@ void KvMemory::compress_layer(int layer, std::int64_t seq_len, ThreadPool* pool)
   }
   cache.compact(layer, selection.kept, selection.new_state);
   ++compressions_;
+  compression_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void KvMemory::end_decode_step(ThreadPool* pool) {
+  const bool decoding = in_decode_step_;
+  in_decode_step_ = false;  // a prompt's single row is no decode step
+  if (!decoding || method_.timing != Timing::whole_pass || !compresses() || think_done_) return;
+  if (compress::whole_pass_due(params_, cache_->length(0), prompt_tokens_, seq_len_))
+    compress_whole_pass(seq_len_, pool);
+}
+
+void KvMemory::compress_whole_pass(std::int64_t tokens, ThreadPool* pool) {
+  KvCache& cache = *cache_;
+  const KvCacheShape& shape = cache.shape();
+  const auto t0 = std::chrono::steady_clock::now();
+  compress::SequenceView view;
+  view.layers = shape.layers;
+  view.q_heads = shape.q_heads;
+  view.kv_heads = shape.kv_heads;
+  view.head_dim = shape.head_dim;
+  view.n_all = cache.length(0);
+  view.prefix = prompt_tokens_;
+  view.round_start = tokens;
+  if (calibration_.query_stats) view.query_stats = &calibration_.query_stats->stats;
+  view.rope_frequencies = calibration_.rope_frequencies;
+  // The policy reads float32 keys: a cache in another dtype converts every layer's (scratch).
+  if (cache.dtype() != KvDtype::f32)
+    keys_f32_.resize(static_cast<std::size_t>(shape.layers) * shape.kv_heads);
+  view.keys.resize(static_cast<std::size_t>(shape.layers));
+  for (int l = 0; l < shape.layers; ++l) {
+    if (cache.length(l) != view.n_all)
+      throw Error("whole-pass compression: every layer must hold as many entries");
+    for (int h = 0; h < shape.kv_heads; ++h) {
+      const KvRows keys = cache.keys(l, h);
+      const float* f = keys.f32();
+      if (f == nullptr) {
+        auto& scratch = keys_f32_[static_cast<std::size_t>(l) * shape.kv_heads + h];
+        scratch.resize(static_cast<std::size_t>(view.n_all) * shape.head_dim);
+        kernels::kv_to_f32(keys, scratch.data());
+        f = scratch.data();
+      }
+      view.keys[static_cast<std::size_t>(l)].push_back({f, cache.positions(l, h), view.n_all});
+    }
+  }
+  const compress::SequencePlan plan = compress::plan_whole_pass(view, params_, pool);
+  if (!plan.compressed) return;
+  for (int l = 0; l < shape.layers; ++l) {
+    Selection selection;
+    selection.compressed = true;
+    selection.kept = plan.kept[static_cast<std::size_t>(l)];
+    for (const auto& kept : selection.kept) selection.new_state.emplace_back(kept.size(), 0.0f);
+    if (listener_ && !plan.decision.aggregated.empty()) {
+      // The trace's score of each head: what its selection ranked (the prompt is not scored).
+      Diagnostics diagnostics;
+      const bool per_layer = plan.decision.aggregated.size() ==
+                             static_cast<std::size_t>(shape.layers) * shape.kv_heads;
+      for (int h = 0; h < shape.kv_heads; ++h) {
+        const std::size_t unit =
+            per_layer ? static_cast<std::size_t>(l) * shape.kv_heads + h
+                      : std::min<std::size_t>(h, plan.decision.aggregated.size() - 1);
+        const auto& score = plan.decision.aggregated[unit];
+        diagnostics.heads.emplace_back().final_score.assign(score.begin(), score.end());
+      }
+      CompressionEvent event;
+      event.step = tokens;
+      event.layer = l;
+      event.n_before = view.n_all;
+      event.cache = &cache;
+      event.diagnostics = &diagnostics;
+      event.selection = &selection;
+      event.params = &params_;
+      listener_(event);
+    }
+    cache.compact(l, selection.kept, selection.new_state);
+    ++compressions_;  // counted per layer, as a per-layer method's
+  }
   compression_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -20,10 +20,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/query_stats.h"
 #include "engine/sentence_tracker.h"
 #include "engine/steering.h"
 #include "kv/kv_cache.h"
@@ -56,6 +58,13 @@ struct CompressionEvent {
 };
 using CompressionListener = std::function<void(const CompressionEvent&)>;
 
+// What a method needs of the model itself beyond its caches (needs.query_stats): TriAttention's
+// calibration statistics (`rkv calibrate`) and the model's RoPE frequencies.
+struct ModelCalibration {
+  std::shared_ptr<const QueryStats> query_stats;  // null: none loaded
+  std::span<const float> rope_frequencies;        // [head_dim / 2]; the model outlives the memory
+};
+
 class KvMemory {
  public:
   // Entries per (layer, KV head) a sequence's cache needs: budget + buffer (at least the
@@ -69,11 +78,15 @@ class KvMemory {
                                 KvDtype dtype);
 
   // `params` and `steering` as Engine::prepare validated them; skipkv and steering need
-  // vocab.token_text (prepare refuses them without a tokenizer).
-  KvMemory(const CompressionParams& params, CompressionVocab vocab, SteeringParams steering = {});
+  // vocab.token_text (prepare refuses them without a tokenizer); triattention needs
+  // calibration.query_stats (prepare refuses it without).
+  KvMemory(const CompressionParams& params, CompressionVocab vocab, SteeringParams steering = {},
+           ModelCalibration calibration = {});
 
   // Allocates the cache (at admission): shape_for() with capacity_for()'s capacity.
-  void allocate(const KvCacheShape& shape);
+  // `prompt_tokens`: the prompt's entries, which a whole-pass method pins (TriAttention; the
+  // seed tokens of Request::seed_tokens are not prompt).
+  void allocate(const KvCacheShape& shape, int prompt_tokens = 0);
   bool allocated() const { return cache_ != nullptr; }
   // The cache, read-only; its writable pointer goes only to the forward pass's rows (appends).
   const KvCache& cache() const { return *cache_; }
@@ -86,12 +99,17 @@ class KvMemory {
   // Before a decode step whose input token is `token` at position `position` (so `position+1`
   // tokens have been processed once its KV is appended): decides whether this step compresses.
   void begin_decode_step(int token, std::int64_t position);
-  // Whether the current decode step compresses (every layer, between its append and attention).
+  // Whether the current decode step compresses layer by layer (between each layer's append and
+  // attention): per_layer methods.
   bool due() const { return due_; }
+  // After the forward pass of a decode step (a whole_pass method: TriAttention): compresses
+  // every layer at once when its trigger says so. Nothing for a per_layer method.
+  void end_decode_step(ThreadPool* pool);
   // Plans and applies one compression of `layer` now (when the policy says n_all warrants it).
   void compress_layer(int layer, std::int64_t seq_len, ThreadPool* pool);
   // After a prompt (or a chunk of seed tokens) of `tokens`: compresses every layer once when it
-  // exceeds the budget (ALGORITHMS.md 1, prefill).
+  // exceeds the budget (ALGORITHMS.md 1, prefill). A whole-pass method never compresses a prompt
+  // (TRIATTENTION.md 6.1), only seed tokens beyond the budget.
   void compress_all_layers(std::int64_t tokens, ThreadPool* pool);
 
   // Whether the runner must hand it every row's attention probabilities (h2o).
@@ -125,14 +143,19 @@ class KvMemory {
 
  private:
   void forget_evicted_sentences();
+  // One whole-pass compression of every layer (plan, then apply), `tokens` processed so far.
+  void compress_whole_pass(std::int64_t tokens, ThreadPool* pool);
 
   CompressionParams params_;
   const MethodInfo& method_;  // the method's record: what it needs, asked by need
   CompressionVocab vocab_;
   SteeringParams steering_;
+  ModelCalibration calibration_;
+  int prompt_tokens_ = 0;           // pinned by a whole-pass method
   std::unique_ptr<KvCache> cache_;  // [layers][kv_heads][capacity] rows; null until admitted
   std::unique_ptr<SentenceTracker> sentences_;
   bool due_ = false;
+  bool in_decode_step_ = false;  // between begin_decode_step and end_decode_step
   bool think_done_ = false;
   std::int64_t seq_len_ = 0;
   std::int64_t decode_position_ = -1;  // position of the current decode step's input token
@@ -143,8 +166,8 @@ class KvMemory {
   CompressionListener listener_;
   std::vector<float> queries_;  // scratch: window queries
   // scratch: [kv_heads][n_all][head_dim] float32 keys of a cache stored in another dtype
-  std::vector<std::vector<float>> keys_f32_;
-  std::vector<std::uint8_t> cached_;  // scratch: which positions some (layer, head) holds
+  std::vector<std::vector<float>> keys_f32_;  // whole pass: [layers * kv_heads]
+  std::vector<std::uint8_t> cached_;          // scratch: which positions some (layer, head) holds
 };
 
 }  // namespace rkv

@@ -63,6 +63,10 @@ void ModelRunner::run(std::span<const ForwardRow> rows, std::span<KvMemory* cons
     }
   }
   pass.finish(logits);
+  // Methods that decide for every layer at once (MethodInfo timing whole_pass: TriAttention)
+  // compress a decode step's cache now, after its last layer (TRIATTENTION.md 6.3).
+  for (std::size_t s = 0; s < n_seq; ++s)
+    if (segments_[s + 1] - segments_[s] == 1) memory[segments_[s]]->end_decode_step(&pool_);
   if (final_hidden) {
     const float* hidden = pass.final_hidden();
     for (std::size_t r = 0; r < rows_.size(); ++r)

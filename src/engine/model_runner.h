@@ -4,9 +4,9 @@
 //   append_kv(l)  ->  a due decode sequence's memory compresses layer l (plan, then apply)
 //   attend(l)     ->  h2o memories accumulate their rows' attention probabilities;
 //                     steering memories add their vector to the residual stream
-//   finish        ->  skipkv memories take the final hidden states of their decode rows
-// Methods that decide once for the whole pass (MethodInfo timing) would run after finish; none
-// of today's does.
+//   finish        ->  a whole-pass method's memory (TriAttention) compresses every layer of a
+//                     due decode sequence at once; skipkv memories take the final hidden states
+//                     of their decode rows
 #pragma once
 
 #include <span>

@@ -264,6 +264,7 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
   const int max_new = o.max_new_tokens > 0 ? o.max_new_tokens : dataset.max_length;
   EngineOptions engine_options;
   engine_options.kv_memory_bytes = o.kv_memory_bytes;
+  engine_options.query_stats = o.query_stats;
   engine_options.kv_dtype = o.kv_dtype;
   engine_options.max_batch = o.max_batch;
   engine_options.chat_template = o.chat_template;

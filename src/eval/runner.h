@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/query_stats.h"
 #include "engine/steering.h"
 #include "rkv/compression.h"
 #include "rkv/eval.h"
@@ -52,6 +53,8 @@ struct RunnerOptions {
   std::optional<KvDtype> kv_dtype;  // the KV cache's dtype (none: the model's default)
   int max_batch = 0;
   SteeringParams steering;  // SkipKV adaptive steering for every sequence (default: none)
+  // The model's TriAttention statistics (EngineOptions::query_stats; null: none).
+  std::shared_ptr<const QueryStats> query_stats;
   std::filesystem::path out_dir;
   std::FILE* progress = stderr;  // progress bar; nullptr for quiet
 };

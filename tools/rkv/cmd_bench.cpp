@@ -218,11 +218,14 @@ void run(const Args& a) {
   std::fprintf(stderr, "%s", table.c_str());
   BatchEngineOptions engine_options;
   engine_options.kv_memory_bytes = cap;
+  engine_options.query_stats = a.kv->load_query_stats(a.model, *model);
   // Requests are prepared (validated, their slots sized) by an Engine without a cap, so that a
   // request whose slot exceeds the cap is reported and skipped here rather than refused; the
   // runs step a BatchEngine of their own, which holds the cap, to time its steps and read its
   // compression time.
-  const Engine preparer(*model, nullptr, pool);
+  EngineOptions preparer_options;
+  preparer_options.query_stats = engine_options.query_stats;
+  const Engine preparer(*model, nullptr, pool, preparer_options);
   for (int gen_len : gen_lens) {
     BatchEngine sizing(*model, pool, engine_options);
     const std::size_t full_bytes = preparer.prepare(make_request("fullkv", 0, gen_len)).slot_bytes;

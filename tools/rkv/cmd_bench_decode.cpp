@@ -83,6 +83,11 @@ void setup(CLI::App& app) {
                             args->device, needs);
     const ModelConfig& c = model->config();
     const KvDtype kv_dtype = kv_dtype_flag.value_or(model->default_kv_dtype());
+    const auto query_stats = args->kv->load_query_stats(args->model, *model);
+    if (kv_params.info().needs.query_stats && !query_stats)
+      throw Error("kv method " + std::string(method_name(kv_params.method)) +
+                  " needs the model's query statistics: run `rkv calibrate` (docs/USAGE.md) or "
+                  "name a file with --query-stats");
     const KvTokenBytes per_token = KvCache::token_bytes_for(model->cache_shape(1, 0, kv_dtype));
     ThreadPool pool(args->threads);
     ForwardScratch scratch;
@@ -179,7 +184,8 @@ void setup(CLI::App& app) {
       std::int64_t compressions = 0;
       int entries = 0;
       for (int rep = 0; rep < args->repetitions; ++rep) {
-        KvMemory memory(kv_params, {});
+        KvMemory memory(kv_params, {}, {},
+                        ModelCalibration{query_stats, model->rope_frequencies()});
         memory.allocate(KvMemory::shape_for(
             *model, kv_params, KvMemory::capacity_for(kv_params, depth, args->n_gen), kv_dtype));
         KvMemory* const memories[] = {&memory};

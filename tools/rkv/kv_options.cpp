@@ -1,5 +1,7 @@
 #include "kv_options.h"
 
+#include <filesystem>
+
 namespace rkv::cli {
 
 CompressionParams KvOptions::params(const std::string& default_method) const {
@@ -17,6 +19,15 @@ std::optional<KvDtype> KvOptions::kv_dtype() const {
   return parse_kv_dtype(dtype);
 }
 
+std::shared_ptr<const QueryStats> KvOptions::load_query_stats(const std::string& model_path,
+                                                              const Model& model) const {
+  if (!query_stats.empty()) return rkv::load_query_stats(query_stats, model);
+  const std::string fallback = default_query_stats_path(model_path);
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(fallback, ec)) return nullptr;
+  return rkv::load_query_stats(fallback, model);
+}
+
 void add_kv_dtype_option(CLI::App& app, std::string& dtype) {
   app.add_option("--kv-dtype", dtype,
                  "element type the KV cache stores keys and values in: f32|bf16|f16|q8_0 "
@@ -29,6 +40,11 @@ void add_kv_dtype_option(CLI::App& app, std::string& dtype) {
 
 void add_kv_options(CLI::App& app, const std::shared_ptr<KvOptions>& options) {
   add_kv_dtype_option(app, options->dtype);
+  app.add_option("--query-stats", options->query_stats,
+                 "triattention: the model's query statistics from `rkv calibrate` (default: "
+                 "query_stats.safetensors in the model's directory, when there)")
+      ->envname("RKV_ARG_QUERY_STATS")
+      ->group("KV compression");
   for (const ParamInfo& info : compression_param_table()) {
     const std::string name(info.name), flag(info.flag);
     std::string env = "RKV_ARG_" + flag.substr(2);

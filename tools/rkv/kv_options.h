@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/query_stats.h"
 #include "rkv/compression.h"
 #include "rkv/kv_dtype.h"
 
@@ -17,14 +18,19 @@ namespace rkv::cli {
 struct KvOptions {
   std::map<std::string, std::string> values;  // parameter name -> text, for the flags given
   std::string dtype;                          // --kv-dtype as given ("": the model's default)
+  std::string query_stats;                    // --query-stats as given ("": the default path)
   // The method's preset with the given flags applied, validated (rkv::Error on bad values).
   CompressionParams params(const std::string& default_method = "fullkv") const;
   // --kv-dtype, or nothing when not given (the engine then picks the model's default).
   std::optional<KvDtype> kv_dtype() const;
+  // The model's TriAttention statistics: --query-stats, else default_query_stats_path(model_path)
+  // when that file exists (null when not). Throws rkv::Error for a named file that does not load.
+  std::shared_ptr<const QueryStats> load_query_stats(const std::string& model_path,
+                                                     const Model& model) const;
 };
 
-// Adds --kv-method, --kv-budget, ... (each also read from RKV_ARG_KV_METHOD, ...) and
-// --kv-dtype.
+// Adds --kv-method, --kv-budget, ... (each also read from RKV_ARG_KV_METHOD, ...),
+// --kv-dtype and --query-stats.
 void add_kv_options(CLI::App& app, const std::shared_ptr<KvOptions>& options);
 
 // Adds --kv-dtype alone (RKV_ARG_KV_DTYPE), into `dtype` (commands without compression flags).
