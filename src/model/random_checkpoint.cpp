@@ -60,6 +60,11 @@ const std::vector<ShapeEntry>& shapes() {
     t.push_back({"tiny-r1", "r1-qwen",
                  make(Architecture::Qwen2, "Qwen2ForCausalLM", 128, 384, 4, 4, 2, 32, 1024, 1e6f,
                       1e-6f, true, 4096)});
+    // The tiny shape as a Qwen3 (per-head q_norm and k_norm, no biases): tests of what sits
+    // between the projections and RoPE.
+    t.push_back({"tiny-qwen3", "qwen",
+                 make(Architecture::Qwen3, "Qwen3ForCausalLM", 128, 384, 4, 4, 2, 32, 1024, 1e6f,
+                      1e-6f, true, 4096)});
     // The tiny shape with rows of 256 and 512: K-quant super-blocks fit every matrix (GGUF
     // tests of Q4_K/Q6_K through a whole model).
     t.push_back({"tiny-256", "qwen",

@@ -13,7 +13,8 @@
 
 namespace rkv {
 
-// The shapes make-model knows: tiny, tiny-r1 (tiny with the DeepSeek-R1 template), tiny-256 and
+// The shapes make-model knows: tiny, tiny-r1 (tiny with the DeepSeek-R1 template), tiny-qwen3
+// (tiny as a Qwen3: q_norm and k_norm), tiny-256 and
 // tiny-llama-256 (Qwen2 and Llama with rows of 256 and 512, for K-quant GGUF tests),
 // qwen2.5-0.5b,
 // qwen3-0.6b, r1-distill-qwen-1.5b,

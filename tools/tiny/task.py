@@ -203,6 +203,11 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=200, help="number of problems (default 200)")
     parser.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
     parser.add_argument("--out", required=True, help="jsonl file to write")
+    parser.add_argument("--text", action="store_true",
+                        help="write plain text instead: each problem followed by its chain of "
+                             "thought, as the model is trained on them, separated by two blank "
+                             "lines (rkv calibrate --separator '\\n\\n\\n' runs each as a "
+                             "sequence of its own: the tiny models' calibration text)")
     parser.add_argument("--with-solution", action="store_true",
                         help="also write the reference chain of thought ('solution')")
     parser.add_argument("--family", choices=sorted(FAMILIES), default="chains",
@@ -214,6 +219,11 @@ def main() -> None:
     if not 0.0 <= args.redundancy <= 1.0:
         parser.error("--redundancy must be within 0.0-1.0")
     prefix = FAMILIES[args.family]
+    if args.text:
+        with open(args.out, "w", encoding="utf-8") as f:
+            chains = problems(args.seed, args.count, args.family, args.redundancy)
+            f.write("\n\n\n".join(p["problem"] + p["solution"] for p in chains) + "\n")
+        return
     with open(args.out, "w", encoding="utf-8") as f:
         for i, p in enumerate(problems(args.seed, args.count, args.family, args.redundancy)):
             record = {"id": f"{prefix}-{args.seed}-{i}", "problem": p["problem"],
