@@ -33,6 +33,8 @@ MODELS = [
         "dataset": "data/chains_test.jsonl",
         "problems": 2,
         "budgets": [64, 128, 256],
+        # triattention keeps the prompt (71-77 tokens) under its budget: 64 cannot hold it.
+        "method_budgets": {"triattention": [128, 192, 256]},
         "buffer": 32,
     },
     {
@@ -44,7 +46,7 @@ MODELS = [
         "buffer": 16,
     },
 ]
-METHODS = ["streamingllm", "h2o", "snapkv", "rkv", "gkv", "skipkv", "random"]
+METHODS = ["streamingllm", "h2o", "snapkv", "rkv", "gkv", "skipkv", "random", "triattention"]
 MAX_NEW_TOKENS = 600  # past every full-cache chain (450-508 tokens); runs that loop stop here
 
 # A few settings beyond method x budget, on the first model's first problem at its middle
@@ -151,7 +153,7 @@ def main():
             prompt_ids = json.loads(out)
             entries.append(record(a.rkv, m, problem, prompt_ids, "fullkv", {}))
             for method in METHODS:
-                for budget in m["budgets"]:
+                for budget in m.get("method_budgets", {}).get(method, m["budgets"]):
                     entries.append(record(a.rkv, m, problem, prompt_ids, method,
                                           {"budget": budget, "buffer": m["buffer"]}))
             if m is MODELS[0] and i == 0:

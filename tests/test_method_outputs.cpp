@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "core/thread_pool.h"
+#include "engine/query_stats.h"
 #include "engine/steering.h"
 #include "model/model.h"
 #include "rkv/engine.h"
@@ -101,6 +102,8 @@ class MethodOutputs : public ::testing::Test {
   struct Loaded {
     std::unique_ptr<Model> model;
     std::unique_ptr<Tokenizer> tokenizer;
+    std::shared_ptr<const QueryStats>
+        query_stats;  // triattention: the shipped file, as rkv reads it
   };
 
   static void SetUpTestSuite() {
@@ -115,6 +118,7 @@ class MethodOutputs : public ::testing::Test {
         Loaded l;
         l.model = Model::load(dir);
         l.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(dir));
+        l.query_stats = load_query_stats(default_query_stats_path(dir.string()), *l.model);
         models_.emplace(e.model, std::move(l));
       }
     } catch (const std::exception& ex) {
@@ -158,9 +162,10 @@ class MethodOutputs : public ::testing::Test {
   }
   static bool runs_batched(const Entry& e) { return !kSanitized || !runs_alone(e); }
 
-  static EngineOptions engine_options() {
+  static EngineOptions engine_options(const Loaded& l) {
     EngineOptions o;
     o.prefill_chunk = 512;  // rkv generate's
+    o.query_stats = l.query_stats;
     return o;
   }
 
@@ -245,7 +250,7 @@ TEST_F(MethodOutputs, EachRequestAloneGivesItsRecordedIds) {
     if (!runs_alone(e)) continue;
     ++runs;
     const Loaded& l = models_.at(e.model);
-    Engine engine(*l.model, l.tokenizer.get(), pool_, engine_options());
+    Engine engine(*l.model, l.tokenizer.get(), pool_, engine_options(l));
     engine.submit(engine.prepare(request_for(e)));
     engine.run_until_idle();
     const auto done = engine.take_completions();
@@ -274,6 +279,7 @@ TEST_F(MethodOutputs, AllMethodsBatchedInOneEngineGiveTheirRecordedIds) {
     SCOPED_TRACE(model);
     const Loaded& l = models_.at(model);
     EngineOptions o;  // the default prefill chunk (256 tokens over all prefilling sequences)
+    o.query_stats = l.query_stats;
     Engine engine(*l.model, l.tokenizer.get(), pool_, o);
     std::map<std::uint64_t, const Entry*> entry_of;
     for (const Entry* e : entries) entry_of[engine.submit(engine.prepare(request_for(*e)))] = e;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/thread_pool.h"
+#include "engine/query_stats.h"
 #include "model/model.h"
 #include "model/random_checkpoint.h"
 #include "rkv/engine.h"
@@ -330,6 +331,63 @@ TEST_F(ServerTest, HostileRequestsGetA400NamingTheFieldAndTheServerGoesOn) {
                   "application/json");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200) << ok->body;
+  engine.stop();
+}
+
+// TriAttention per request: the server uses the statistics its engine loaded (the shipped model's
+// query_stats.safetensors); an engine without them answers 400 with param kv naming the command
+// that computes them, and a prompt the budget cannot hold whole is a 400 too.
+TEST_F(ServerTest, TriAttentionUsesTheEnginesQueryStats) {
+  ServerOptions o;
+  o.port = 0;
+  Engine bare(*model_, tokenizer_.get(), pool_);
+  EngineOptions eo;
+  eo.query_stats =
+      load_query_stats(default_query_stats_path(test::shipped_model_dir().string()), *model_);
+  Engine engine(*model_, tokenizer_.get(), pool_, eo);
+  const std::string question = test::held_out_problems(1).at(0);
+  json b = {{"prompt", question}, {"max_tokens", 300}, {"temperature", 0}};
+  b["kv"] = {{"method", "triattention"}, {"budget", 128}, {"buffer", 16}, {"selection", "union"}};
+  {
+    Running r(o);
+    bare.start();
+    r.server().set_engine(&bare, "tiny", {});
+    auto res = r.client().Post("/v1/completions", b.dump(), "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << res->body;
+    const json err = json::parse(res->body)["error"];
+    EXPECT_EQ(err["param"], "kv");
+    EXPECT_NE(err["message"].get<std::string>().find("rkv calibrate"), std::string::npos);
+    bare.stop();
+  }
+  Running r(o);
+  engine.start();
+  r.server().set_engine(&engine, "tiny", {});
+  auto client = r.client();
+  auto res = client.Post("/v1/completions", b.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json out = json::parse(res->body);
+  EXPECT_EQ(out["kv"]["method"], "triattention");
+  EXPECT_GT(out["kv"]["compressions"].get<int>(), 0) << out["kv"].dump();
+  // The same request on the engine alone.
+  Request q;
+  q.text = question;
+  q.max_new_tokens = 300;
+  q.sampling.temperature = 0;
+  q.compression = parse_kv_object(b["kv"], CompressionParams::defaults(Method::fullkv));
+  EXPECT_EQ(q.compression.selection, TriSelection::union_all);
+  {
+    Engine solo(*model_, tokenizer_.get(), pool_, eo);
+    solo.submit(solo.prepare(q));
+    solo.run_until_idle();
+    EXPECT_EQ(out["choices"][0]["text"], solo.take_completions().at(0).text);
+  }
+  b["kv"]["budget"] = 8;  // the prompt is longer
+  auto small = client.Post("/v1/completions", b.dump(), "application/json");
+  ASSERT_TRUE(small);
+  EXPECT_EQ(small->status, 400) << small->body;
+  EXPECT_EQ(json::parse(small->body)["error"]["param"], "kv");
   engine.stop();
 }
 

@@ -21,6 +21,7 @@
 
 #include "batch_test_util.h"
 #include "compress/triattention.h"
+#include "compress/whole_pass.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "engine/batch_engine.h"
@@ -329,6 +330,114 @@ TEST_F(TriAttentionEngine, PrepareRefusesWhatItCannotServe) {
   EXPECT_NO_THROW(preparer_->prepare(r));
 }
 
+// The calibration block of a golden case as the engine's statistics.
+std::shared_ptr<QueryStats> case_stats(const nlohmann::json& cal) {
+  using V3 = std::vector<std::vector<std::vector<double>>>;
+  const auto re = cal.at("q_mean_real").get<V3>();
+  const auto im = cal.at("q_mean_imag").get<V3>();
+  const auto ab = cal.at("q_abs_mean").get<V3>();
+  auto stats = std::make_shared<QueryStats>();
+  tri::Stats& st = stats->stats;
+  st.layers = static_cast<int>(re.size());
+  st.q_heads = static_cast<int>(re[0].size());
+  st.freqs = static_cast<int>(re[0][0].size());
+  for (int l = 0; l < st.layers; ++l)
+    for (int j = 0; j < st.q_heads; ++j)
+      for (int f = 0; f < st.freqs; ++f) {
+        st.mean_re.push_back(re[l][j][f]);
+        st.mean_im.push_back(im[l][j][f]);
+        st.abs_mean.push_back(ab[l][j][f]);
+      }
+  if (cal.contains("sampled_heads"))
+    for (const auto& lj : cal.at("sampled_heads"))
+      st.sampled.emplace_back(lj.at(0).get<int>(), lj.at(1).get<int>());
+  return stats;
+}
+
+// Every TriAttention golden case file with `field` among its inputs.
+std::vector<nlohmann::json> golden_cases(const std::filesystem::path& shared,
+                                         const std::string& field) {
+  std::vector<nlohmann::json> out;
+  for (const auto& entry : std::filesystem::directory_iterator(shared / "golden" / "compression")) {
+    if (entry.path().filename().string().rfind("triattention_", 0) != 0) continue;
+    std::ifstream in(entry.path());
+    nlohmann::json gc = nlohmann::json::parse(in);
+    if (gc.at("inputs").contains(field)) out.push_back(std::move(gc));
+  }
+  return out;
+}
+
+// The case's own position lists of one selection as sets: [kv_heads][n], or [layers][kv_heads][n]
+// for per_layer_perhead.
+std::set<std::int32_t> expected_set(const nlohmann::json& positions, bool per_layer, int l, int h) {
+  return (per_layer ? positions.at(l).at(h) : positions.at(h)).get<std::set<std::int32_t>>();
+}
+
+// One compression of the reference (the golden single-call cases: a cache, its positions, the
+// prompt and round start) planned by the method record, as the engine plans it (the post-RoPE
+// form of the score), in every selection mode the case holds: the reference's kept sets.
+TEST(TriAttentionGolden, TheRecordsPlanKeepsTheReferenceSetsInEveryMode) {
+  RKV_REQUIRE_SHARED(shared);
+  using nlohmann::json;
+  int compared = 0;
+  for (const json& gc : golden_cases(shared, "key")) {
+    SCOPED_TRACE(gc.at("case_id").get<std::string>());
+    const json& in = gc.at("inputs");
+    const auto key = in.at("key").get<std::vector<std::vector<std::vector<std::vector<float>>>>>();
+    const auto positions = in.at("positions").get<std::vector<std::vector<std::int32_t>>>();
+    const auto stats = case_stats(in.at("calibration"));
+    const std::vector<float> omega = gc.at("rope").at("omega").get<std::vector<float>>();
+    ASSERT_EQ(gc.at("rope").at("attention_scaling").get<double>(), 1.0);
+    compress::SequenceView view;
+    view.layers = static_cast<int>(key.size());
+    view.kv_heads = static_cast<int>(key[0].size());
+    view.n_all = static_cast<int>(key[0][0].size());
+    view.head_dim = static_cast<int>(key[0][0][0].size());
+    view.q_heads = stats->stats.q_heads;
+    view.prefix = in.at("prefix_len").get<int>();
+    view.round_start = in.at("round_start").get<std::int64_t>();
+    view.query_stats = &stats->stats;
+    view.rope_frequencies = omega;
+    std::vector<std::vector<float>> flat;
+    for (const auto& layer : key)
+      for (const auto& head : layer) {
+        flat.emplace_back();
+        for (const auto& row : head) flat.back().insert(flat.back().end(), row.begin(), row.end());
+      }
+    view.keys.resize(key.size());
+    for (int l = 0; l < view.layers; ++l)
+      for (int h = 0; h < view.kv_heads; ++h)
+        view.keys[l].push_back({flat[static_cast<std::size_t>(l * view.kv_heads + h)].data(),
+                                positions[h].data(), view.n_all});
+    const json& p = gc.at("params");
+    CompressionParams params = CompressionParams::defaults("triattention");
+    params.budget = p.at("budget").get<int>();
+    params.normalize = p.at("normalize_scores").get<bool>();
+    params.offset_max = p.at("offset_max_length").get<int>();
+    ASSERT_EQ(p.at("score_aggregation"), "mean");
+    std::map<std::string, const json*> modes = {
+        {p.at("selection_mode").get<std::string>(), &gc.at("expected")}};
+    for (const auto& [mode, e] : gc.at("expected").at("other_modes_same_inputs").items())
+      modes[mode] = &e;
+    for (const auto& [mode, expected] : modes) {
+      SCOPED_TRACE(mode);
+      params.selection = parse_selection(mode);
+      const compress::SequencePlan plan = compress::plan_whole_pass(view, params);
+      ASSERT_TRUE(plan.compressed);
+      const bool per_layer = params.selection == TriSelection::per_layer_perhead;
+      for (int l = 0; l < view.layers; ++l)
+        for (int h = 0; h < view.kv_heads; ++h) {
+          std::set<std::int32_t> kept;
+          for (std::int32_t i : plan.kept[l][h]) kept.insert(positions[h][i]);
+          EXPECT_EQ(kept, expected_set(expected->at("kept_positions"), per_layer, l, h))
+              << "layer " << l << " head " << h;
+          ++compared;
+        }
+    }
+  }
+  EXPECT_GT(compared, 0) << "no TriAttention single-call case in ../shared/golden/compression";
+}
+
 // The reference's own rounds (the golden round cases: tokens streamed through its patched
 // forward, slack-triggered compressions) replayed through what the engine runs: a KvMemory whose
 // cache takes the case's keys one token at a time, begin_decode_step / end_decode_step around
@@ -338,13 +447,8 @@ TEST(TriAttentionGolden, KvMemoryReplaysTheReferenceRounds) {
   RKV_REQUIRE_SHARED(shared);
   using nlohmann::json;
   int replayed = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(shared / "golden" / "compression")) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("triattention_", 0) != 0) continue;
-    std::ifstream in(entry.path());
-    const json gc = json::parse(in);
-    if (!gc.at("inputs").contains("stream_key")) continue;
-    SCOPED_TRACE(name);
+  for (const json& gc : golden_cases(shared, "stream_key")) {
+    SCOPED_TRACE(gc.at("case_id").get<std::string>());
     const json& p = gc.at("params");
     const json& in_ = gc.at("inputs");
     const json& cal = in_.at("calibration");
@@ -355,24 +459,8 @@ TEST(TriAttentionGolden, KvMemoryReplaysTheReferenceRounds) {
     const int tokens = static_cast<int>(stream[0][0].size()),
               d = static_cast<int>(stream[0][0][0].size());
     const int prompt = in_.at("prompt_len").get<int>();
-    const auto re = cal.at("q_mean_real").get<std::vector<std::vector<std::vector<double>>>>();
-    const auto im = cal.at("q_mean_imag").get<std::vector<std::vector<std::vector<double>>>>();
-    const auto ab = cal.at("q_abs_mean").get<std::vector<std::vector<std::vector<double>>>>();
-    auto stats = std::make_shared<QueryStats>();
-    tri::Stats& st = stats->stats;
-    st.layers = layers;
-    st.q_heads = static_cast<int>(re[0].size());
-    st.freqs = d / 2;
-    for (int l = 0; l < layers; ++l)
-      for (int j = 0; j < st.q_heads; ++j)
-        for (int f = 0; f < st.freqs; ++f) {
-          st.mean_re.push_back(re[l][j][f]);
-          st.mean_im.push_back(im[l][j][f]);
-          st.abs_mean.push_back(ab[l][j][f]);
-        }
-    if (cal.contains("sampled_heads"))
-      for (const json& lj : cal.at("sampled_heads"))
-        st.sampled.emplace_back(lj.at(0).get<int>(), lj.at(1).get<int>());
+    const auto stats = case_stats(cal);
+    const tri::Stats& st = stats->stats;
     const std::vector<float> omega = gc.at("rope").at("omega").get<std::vector<float>>();
     ASSERT_EQ(gc.at("rope").at("attention_scaling").get<double>(), 1.0);  // rkv's RoPE
 
@@ -423,10 +511,8 @@ TEST(TriAttentionGolden, KvMemoryReplaysTheReferenceRounds) {
     }
     const json& expected = gc.at("expected");
     const bool per_layer = params.selection == TriSelection::per_layer_perhead;
-    // The case's position lists as sets: [kv_heads][n], or [layers][kv_heads][n] per layer.
     const auto sets_at = [&](const json& positions, int l, int h) {
-      const json& list = per_layer ? positions.at(l).at(h) : positions.at(h);
-      return list.get<std::set<std::int32_t>>();
+      return expected_set(positions, per_layer, l, h);
     };
     ASSERT_EQ(rounds.size(), expected.at("rounds").size());
     for (std::size_t r = 0; r < rounds.size(); ++r) {

@@ -65,6 +65,68 @@ void unrotate(const float* key, std::int32_t position, const Rope& rope, int hea
   }
 }
 
+namespace {
+
+// The post-RoPE form (spec 4.3): with a = Re(qbar conj k), b = Im(qbar conj k) per frequency of
+// the cached (rotated) key k,
+//   S_trig(i, o) = s * sum_f (a_f cos((R + delta_o) w_f) - b_f sin((R + delta_o) w_f))
+//   S_norm(i)    = s * sum_f (qabs_f - |qbar_f|) |k_f|        (|kappa_f| = |k_f| / s)
+// Mean over the offsets: the cosines and sines averaged once per frequency.
+std::vector<double> post_rope_scores(const HeadKeys& keys, int head_dim, const Stats& stats,
+                                     int layer, int q_head, const Rope& rope,
+                                     const Params& params, std::int64_t round_start) {
+  const int F = head_dim / 2;
+  const std::size_t O = rope.offsets.size();
+  const bool mean = params.offsets_aggregation == Aggregation::mean;
+  // [O or 1][F] rotations of the future query positions (mean: their average).
+  const std::size_t rows = mean ? 1 : O;
+  std::vector<double> c(rows * F, 0.0), sn(rows * F, 0.0);
+  for (std::size_t o = 0; o < O; ++o)
+    for (int f = 0; f < F; ++f) {
+      const double angle = static_cast<double>(round_start + rope.offsets[o]) *
+                           static_cast<double>(rope.omega[static_cast<std::size_t>(f)]);
+      const std::size_t at = (mean ? 0 : o) * F + f;
+      c[at] += std::cos(angle) / (mean ? static_cast<double>(O) : 1.0);
+      sn[at] += std::sin(angle) / (mean ? static_cast<double>(O) : 1.0);
+    }
+  std::vector<double> qr(F), qi(F), m(F);
+  for (int f = 0; f < F; ++f) {
+    const std::size_t at = stats.at(layer, q_head, f);
+    qr[f] = stats.mean_re[at];
+    qi[f] = stats.mean_im[at];
+    const double qbar_abs = std::hypot(qr[f], qi[f]);
+    m[f] = params.disable_mlr ? stats.abs_mean[at] : stats.abs_mean[at] - qbar_abs;
+  }
+  const double s = rope.scale;
+  std::vector<double> a(F), b(F);
+  std::vector<double> out(static_cast<std::size_t>(keys.n));
+  for (int i = 0; i < keys.n; ++i) {
+    const float* k = keys.keys + static_cast<std::size_t>(i) * head_dim;
+    double s_norm = 0.0;
+    for (int f = 0; f < F; ++f) {
+      const double kr = k[f], ki = k[f + F];
+      a[f] = qr[f] * kr + qi[f] * ki;
+      b[f] = qi[f] * kr - qr[f] * ki;
+      s_norm += m[f] * std::hypot(kr, ki);
+    }
+    s_norm *= s;
+    if (params.disable_trig) {
+      out[static_cast<std::size_t>(i)] = s_norm;
+      continue;
+    }
+    double best = -HUGE_VAL;
+    for (std::size_t o = 0; o < rows; ++o) {
+      double trig = 0.0;
+      for (int f = 0; f < F; ++f) trig += a[f] * c[o * F + f] - b[f] * sn[o * F + f];
+      best = std::max(best, s * trig + s_norm);
+    }
+    out[static_cast<std::size_t>(i)] = best;  // mean: the one averaged row
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<double> raw_scores(const HeadKeys& keys, int head_dim, const Stats& stats, int layer,
                                int q_head, const Rope& rope, const Params& params,
                                std::int64_t round_start) {
@@ -72,6 +134,8 @@ std::vector<double> raw_scores(const HeadKeys& keys, int head_dim, const Stats& 
   if (F != stats.freqs || static_cast<int>(rope.omega.size()) != F)
     throw Error("triattention: the statistics and the rotary embedding are for head size " +
                 std::to_string(2 * stats.freqs) + ", the keys have " + std::to_string(head_dim));
+  if (!params.reference_phases)
+    return post_rope_scores(keys, head_dim, stats, layer, q_head, rope, params, round_start);
   const double s2 = rope.scale * rope.scale;
   std::vector<double> amp(static_cast<std::size_t>(F)), phi(static_cast<std::size_t>(F));
   std::vector<float> kappa(static_cast<std::size_t>(head_dim));

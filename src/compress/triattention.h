@@ -56,6 +56,13 @@ struct Params {
   bool disable_mlr = false;
   bool disable_trig = false;
   Mode mode = Mode::per_head;
+  // true: the score as the reference computes it (keys un-rotated in float32, float32 phases per
+  // key and offset; what the golden replay prints). false: its post-RoPE form in double (spec
+  // 4.3, "Equivalent post-RoPE form"): the offsets' mean rotation is one complex factor per
+  // frequency, computed once, so a key costs O(head_dim) with no trigonometry. Exact in real
+  // arithmetic; the two differ by the reference's phase rounding (about 1e-4 relative), which
+  // every golden cut clears by a wide margin (spec 9.3). What the engine runs.
+  bool reference_phases = true;
 };
 
 // One layer's keys of one KV head: n entries of head_dim floats (post-RoPE, as cached) with

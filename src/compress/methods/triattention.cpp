@@ -19,6 +19,7 @@ tri::Params reference_params(const CompressionParams& p) {
   t.slack_trigger = true;
   t.count_prompt_tokens = true;
   t.normalize_scores = p.normalize;
+  t.reference_phases = false;  // the post-RoPE form: O(head_dim) per key (triattention.h)
   t.mode = p.selection == TriSelection::per_head    ? tri::Mode::per_head
            : p.selection == TriSelection::union_all ? tri::Mode::union_all
                                                     : tri::Mode::per_layer_perhead;
