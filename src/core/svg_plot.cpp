@@ -57,8 +57,9 @@ std::vector<double> ticks(double lo, double hi) {
   return out;
 }
 
-const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
-                         "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+// Ten distinct colours (fullkv and the nine methods of a full eval each get their own).
+const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                         "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
 
 }  // namespace
 

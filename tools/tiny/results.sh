@@ -22,6 +22,12 @@ mkdir -p "$out"
 echo "== greedy, all 200 held-out problems"
 $rkv eval -m $model --dataset $data "${common[@]}" --methods $methods --temp 0 -o "$out/greedy"
 
+# TriAttention pins the prompt (71-77 tokens) inside its budget, which 24 and 48 cannot hold: its
+# budgets that can, into the same run and plot (docs/RESULTS.md, "TriAttention").
+$rkv eval -m $model --dataset $data --preset chains --budgets "${RKV_TRI_BUDGETS:-96,160,224}" \
+  --kv-buffer 16 --kv-keywords verify -t "$threads" --methods fullkv,triattention --temp 0 \
+  -o "$out/greedy"
+
 echo "== greedy with a bf16 KV cache (docs/RESULTS.md, issue 16)"
 $rkv eval -m $model --dataset $data "${common[@]}" --methods $methods --temp 0 --kv-dtype bf16 \
   -o "$out/greedy-bf16"

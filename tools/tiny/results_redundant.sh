@@ -27,6 +27,12 @@ mkdir -p "$out"
 echo "== greedy, the held-out problems (RKV_LIMIT=${limit}; 0: all 200)"
 $rkv eval -m $model --dataset $data --preset redundant --budgets "$budgets" --kv-buffer 16 \
   --kv-keywords verify -t "$threads" --methods $methods --temp 0 --limit "$limit" -o "$out/greedy"
+# TriAttention pins the prompt (74 tokens) inside its budget, which 52 cannot hold: its budgets
+# that can, into the same run (docs/RESULTS.md, "TriAttention").
+$rkv eval -m $model --dataset $data --preset redundant --budgets "${RKV_TRI_BUDGETS:-100,172}" \
+  --kv-buffer 16 --kv-keywords verify -t "$threads" --methods fullkv,triattention --temp 0 \
+  --limit "$limit" \
+  -o "$out/greedy"
 echo "== greedy at 50% and 67% of the chain (where the methods recover)"
 $rkv eval -m $model --dataset $data --preset redundant --budgets "${RKV_LARGE_BUDGETS:-256,344}" \
   --kv-buffer 16 --kv-keywords verify -t "$threads" --methods $methods --temp 0 --limit "$limit" \

@@ -11,7 +11,8 @@ import json
 import os
 import sys
 
-ORDER = ["fullkv", "random", "streamingllm", "h2o", "snapkv", "rkv", "gkv", "skipkv"]
+ORDER = ["fullkv", "random", "streamingllm", "h2o", "snapkv", "rkv", "gkv", "skipkv",
+         "triattention"]
 
 
 def load(run_dir: str) -> dict:
