@@ -78,6 +78,53 @@ TEST(Sampler, TopKTopPMinPRestrictTheSupport) {
   EXPECT_EQ(seen.count(0) + seen.count(3), 0u);
 }
 
+// The logit bias and the penalties, worked by hand (rkv/sampling.h): prompt {1, 2}, repetition
+// 2, presence 0.5, frequency 0.25, +3 on token 4; greedy.
+TEST(Sampler, BiasAndPenaltiesAdjustTheLogitsAsWorkedByHand) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.repetition_penalty = 2.0f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  p.logit_bias = {{4, 3.0f}};
+  const std::vector<int> prompt = {1, 2};
+  Sampler s(p, prompt);
+  const std::vector<float> raw = {2.0f, 1.0f, -0.5f, 0.5f, -1.0f};
+  const auto adjusted = [&] {
+    std::vector<float> l = raw;
+    s.adjust(l.data(), 5);
+    return l;
+  };
+  const auto next = [&] {
+    std::vector<float> l = raw;
+    return s.sample(l.data(), 5);
+  };
+  // Nothing generated: bias 4 -> 2; the prompt's 1 -> 1 / 2, 2 -> -0.5 * 2.
+  EXPECT_EQ(adjusted(), (std::vector<float>{2.0f, 0.5f, -1.0f, 0.5f, 2.0f}));
+  EXPECT_EQ(next(), 0);  // 0 and 4 tie at 2: the lower id
+  // 0 generated once: 2 / 2 - 0.25 * 1 - 0.5.
+  EXPECT_EQ(adjusted(), (std::vector<float>{0.25f, 0.5f, -1.0f, 0.5f, 2.0f}));
+  EXPECT_EQ(next(), 4);
+  // 4 generated once: (-1 + 3) / 2 - 0.25 - 0.5.
+  EXPECT_EQ(adjusted(), (std::vector<float>{0.25f, 0.5f, -1.0f, 0.5f, 0.25f}));
+  EXPECT_EQ(next(), 1);
+  // 1 now generated too: 1 / 2 - 0.25 - 0.5 (the prompt's repetition applies once).
+  EXPECT_EQ(adjusted(), (std::vector<float>{0.25f, -0.25f, -1.0f, 0.5f, 0.25f}));
+  // A count of 2: 2 / 2 - 0.25 * 2 - 0.5.
+  s.sample(std::vector<float>{9.0f, 0.0f, 0.0f, 0.0f, 0.0f}.data(), 5);
+  EXPECT_EQ(adjusted()[0], 0.0f);
+}
+
+TEST(Sampler, ABiasOfMinus100BansAndPlus100Forces) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 3;
+  p.logit_bias = {{1, -100.0f}, {4, -100.0f}};
+  for (int t : draw(p, kLogits, 200)) EXPECT_TRUE(t != 1 && t != 4) << t;
+  p.logit_bias = {{3, 100.0f}};
+  for (int t : draw(p, kLogits, 200)) EXPECT_EQ(t, 3);
+}
+
 TEST(Sampler, InvalidParametersAreRejected) {
   SamplingParams p;
   p.temperature = -1.0f;
@@ -90,6 +137,20 @@ TEST(Sampler, InvalidParametersAreRejected) {
   EXPECT_THROW(Sampler{p}, Error);
   p = {};
   p.top_k = -2;
+  EXPECT_THROW(Sampler{p}, Error);
+  p = {};
+  p.presence_penalty = 2.5f;
+  EXPECT_THROW(Sampler{p}, Error);
+  p = {};
+  p.frequency_penalty = -2.5f;
+  EXPECT_THROW(Sampler{p}, Error);
+  p = {};
+  p.repetition_penalty = 0.0f;
+  EXPECT_THROW(Sampler{p}, Error);
+  p = {};
+  p.logit_bias = {{3, 101.0f}};
+  EXPECT_THROW(Sampler{p}, Error);
+  p.logit_bias = {{-1, 1.0f}};
   EXPECT_THROW(Sampler{p}, Error);
 }
 

@@ -302,6 +302,7 @@ TEST_F(ServerTest, HostileRequestsGetA400NamingTheFieldAndTheServerGoesOn) {
       {"/tokenize", R"({"content": ")" + ff + R"("})", "content"},
       {"/v1/completions", R"({"prompt": "1:a", "kv": {"method": "rkv", "think_only": "yes"}})",
        "kv.think_only"},
+      {"/v1/completions", R"({"prompt": "1:a", "logit_bias": {"99999999": 5}})", "logit_bias"},
   };
   for (const Case& c : cases) {
     auto res = client.Post(c.path, c.body, "application/json");
@@ -388,6 +389,46 @@ TEST_F(ServerTest, TriAttentionUsesTheEnginesQueryStats) {
   ASSERT_TRUE(small);
   EXPECT_EQ(small->status, 400) << small->body;
   EXPECT_EQ(json::parse(small->body)["error"]["param"], "kv");
+  engine.stop();
+}
+
+// logit_bias through the engine: +100 on one token makes greedy decoding repeat it, -100 on the
+// token greedy decoding picks first makes it pick another.
+TEST_F(ServerTest, LogitBiasReachesTheSampler) {
+  ServerOptions o;
+  o.port = 0;
+  Engine engine(*model_, tokenizer_.get(), pool_);
+  Running r(o);
+  engine.start();
+  r.server().set_engine(&engine, "tiny", {});
+  auto client = r.client();
+  const auto complete = [&](const json& bias) {
+    json b = {{"prompt", {5, 6, 7}}, {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true}};
+    if (!bias.is_null()) b["logit_bias"] = bias;
+    auto res = client.Post("/v1/completions", b.dump(), "application/json");
+    EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+    return res ? json::parse(res->body)["choices"][0]["text"].get<std::string>() : std::string();
+  };
+  const int forced = 42;
+  EXPECT_EQ(complete({{std::to_string(forced), 100}}),
+            tokenizer_->decode(std::vector<std::int32_t>{forced, forced, forced}, true));
+  const std::string plain = complete(nullptr);
+  Request q;
+  q.prompt_ids = {5, 6, 7};
+  q.max_new_tokens = 1;
+  q.sampling.temperature = 0;
+  q.ignore_eos = true;
+  int first = -1;
+  {
+    Engine solo(*model_, tokenizer_.get(), pool_);
+    solo.submit(solo.prepare(q));
+    solo.run_until_idle();
+    first = solo.take_completions().at(0).tokens.at(0);
+  }
+  const std::string banned = complete({{std::to_string(first), -100}});
+  EXPECT_NE(banned, plain);
+  EXPECT_NE(banned.rfind(tokenizer_->decode(std::vector<std::int32_t>{first}, true), 0), 0u)
+      << "the banned first token still came first";
   engine.stop();
 }
 

@@ -2,6 +2,8 @@
 // OpenAI request bodies into engine requests (every invalid body a 400 naming the field).
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "server/openai_api.h"
 #include "server/reasoning.h"
 
@@ -206,13 +208,20 @@ TEST(OpenAiRequest, EveryInvalidBodyIsA400NamingTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "kv": {"dtype": 16}})", "kv.dtype"},
       {R"({"messages": [{"role": "user", "content": "x"}], "reasoning_format": "xml"})",
        "reasoning_format"},
-      // Controls the server does not implement are refused, not silently ignored.
-      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 100}})",
-       "logit_bias"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.5})",
+      // Sampling controls outside their ranges, or not in OpenAI's form.
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 101}})",
+       "logit_bias.5"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"five": 1}})",
+       "logit_bias.five"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"-3": 1}})",
+       "logit_bias.-3"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": [5, 100]})", "logit_bias"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 2.5})",
        "presence_penalty"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": -1})",
+      {R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": "1"})",
        "frequency_penalty"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "repetition_penalty": 0})",
+       "repetition_penalty"},
   };
   for (const auto& [body, param] : cases) {
     const auto [status, got] = refusal(body);
@@ -226,6 +235,17 @@ TEST(OpenAiRequest, EveryInvalidBodyIsA400NamingTheField) {
   EXPECT_NO_THROW(parse(R"({"prompt": "x", "echo": false, "suffix": null, "best_of": 1,
       "presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}})",
                         false));
+  // The sampling controls, as the engine's SamplingParams (rkv/sampling.h) take them.
+  const auto sampled = parse(R"({"prompt": "x", "presence_penalty": 0.5, "frequency_penalty": -1,
+      "repetition_penalty": 1.3, "logit_bias": {"5": 100, "17": -100, "3": 0.25}})",
+                             false);
+  const SamplingParams& s = sampled.request.sampling;
+  EXPECT_EQ(s.presence_penalty, 0.5f);
+  EXPECT_EQ(s.frequency_penalty, -1.0f);
+  EXPECT_EQ(s.repetition_penalty, 1.3f);
+  using Bias = std::set<std::pair<int, float>>;
+  const Bias bias = {{5, 100.0f}, {17, -100.0f}, {3, 0.25f}};
+  EXPECT_EQ(Bias(s.logit_bias.begin(), s.logit_bias.end()), bias);
   EXPECT_EQ(refusal(R"({"prompt": ""})", false).second, "prompt");
   EXPECT_EQ(refusal(R"({"prompt": ["a", "b"]})", false).second, "prompt");
   EXPECT_EQ(refusal(R"({"prompt": [1, -2]})", false).second, "prompt");

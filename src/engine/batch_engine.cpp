@@ -72,7 +72,7 @@ void BatchEngine::admit() {
     seq.memory->allocate(KvMemory::shape_for(model_, seq.request.request.compression,
                                              seq.request.cache_capacity, seq.kv_dtype()),
                          seq.prompt_size() - seq.seed_tokens());
-    seq.sampler = std::make_unique<Sampler>(seq.request.request.sampling);
+    seq.sampler = std::make_unique<Sampler>(seq.request.request.sampling, seq.request.prompt);
     seq.admitted = Clock::now();
     kv_bytes_in_use_ += seq.request.slot_bytes;
     peak_kv_bytes_ = std::max(peak_kv_bytes_, kv_bytes_in_use_);

@@ -141,6 +141,12 @@ PreparedRequest Engine::prepare(Request request) const {
     }
   };
   checked("", request.sampling);
+  for (const auto& [token, bias] : request.sampling.logit_bias)
+    if (token >= c.vocab_size)
+      throw RequestError("logit bias: token id " + std::to_string(token) +
+                             " is outside the vocabulary (size " + std::to_string(c.vocab_size) +
+                             ")",
+                         "logit_bias");
   checked("kv", request.compression);
   checked("", request.steering);
   const CompressionVocab& vocab = vocab_->compression;

@@ -16,17 +16,56 @@ void SamplingParams::validate() const {
     throw Error("top-p must be in (0, 1], got " + std::to_string(top_p));
   if (!(min_p >= 0.0f && min_p < 1.0f))
     throw Error("min-p must be in [0, 1), got " + std::to_string(min_p));
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
+    throw Error("presence penalty must be in [-2, 2], got " + std::to_string(presence_penalty));
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
+    throw Error("frequency penalty must be in [-2, 2], got " + std::to_string(frequency_penalty));
+  if (!(repetition_penalty > 0.0f && repetition_penalty <= 10.0f))
+    throw Error("repetition penalty must be in (0, 10] (1 is off), got " +
+                std::to_string(repetition_penalty));
+  if (logit_bias.size() > 4096)
+    throw Error("logit bias takes at most 4096 tokens, got " + std::to_string(logit_bias.size()));
+  for (const auto& [token, bias] : logit_bias) {
+    if (token < 0) throw Error("logit bias: token id " + std::to_string(token) + " is negative");
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      throw Error("logit bias of token " + std::to_string(token) + " must be in [-100, 100], got " +
+                  std::to_string(bias));
+  }
 }
 
 int argmax(const float* v, int n) {
   return static_cast<int>(std::max_element(v, v + n) - v);
 }
 
-Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
+Sampler::Sampler(const SamplingParams& params, std::span<const int> context)
+    : params_(params), rng_(params.seed) {
   params_.validate();
+  if (params_.repetition_penalty != 1.0f) seen_.insert(context.begin(), context.end());
+}
+
+void Sampler::adjust(float* logits, int vocab) const {
+  for (const auto& [token, bias] : params_.logit_bias)
+    if (token < vocab) logits[token] += bias;
+  const float r = params_.repetition_penalty;
+  if (r != 1.0f)
+    for (int t : seen_)
+      if (t >= 0 && t < vocab) logits[t] = logits[t] > 0.0f ? logits[t] / r : logits[t] * r;
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f)
+    for (const auto& [t, count] : generated_)
+      if (t >= 0 && t < vocab)
+        logits[t] -=
+            params_.frequency_penalty * static_cast<float>(count) + params_.presence_penalty;
 }
 
 int Sampler::sample(float* logits, int vocab) {
+  adjust(logits, vocab);
+  const int token = pick(logits, vocab);
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) ++generated_[token];
+  if (params_.repetition_penalty != 1.0f) seen_.insert(token);
+  return token;
+}
+
+int Sampler::pick(float* logits, int vocab) {
   if (params_.temperature == 0.0f) return argmax(logits, vocab);
   const float inv_t = 1.0f / params_.temperature;
   const float max_logit = *std::max_element(logits, logits + vocab);

@@ -1,6 +1,7 @@
 #include "server/openai_api.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 
@@ -338,12 +339,31 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
       (lp != nullptr && *lp != json(false) && *lp != json(0)) ||
       field(j, "top_logprobs") != nullptr)
     bad("logprobs", "logprobs are not supported by this server");
-  // Sampling controls this server does not implement are refused unless they ask for nothing.
-  for (const char* name : {"presence_penalty", "frequency_penalty"})
-    if (get_number(j, name, 0.0, -2.0, 2.0) != 0.0)
-      bad(name, std::string("'") + name + "' is not supported by this server (only 0)");
-  if (const json* lb = field(j, "logit_bias"); lb != nullptr && !(lb->is_object() && lb->empty()))
-    bad("logit_bias", "'logit_bias' is not supported by this server");
+  r.sampling.presence_penalty =
+      static_cast<float>(get_number(j, "presence_penalty", r.sampling.presence_penalty, -2.0, 2.0));
+  r.sampling.frequency_penalty = static_cast<float>(
+      get_number(j, "frequency_penalty", r.sampling.frequency_penalty, -2.0, 2.0));
+  r.sampling.repetition_penalty = static_cast<float>(
+      get_number(j, "repetition_penalty", r.sampling.repetition_penalty, 0.0, 10.0));
+  if (r.sampling.repetition_penalty <= 0.0f)
+    bad("repetition_penalty", "'repetition_penalty' must be greater than 0 (1 is off)");
+  if (const json* lb = field(j, "logit_bias"); lb != nullptr && !lb->is_null()) {
+    // OpenAI's form: {"token id": bias, ...}, the ids as decimal strings.
+    if (!lb->is_object()) bad("logit_bias", "'logit_bias' must be an object of token id -> bias");
+    if (lb->size() > 4096) bad("logit_bias", "'logit_bias' takes at most 4096 tokens");
+    r.sampling.logit_bias.clear();
+    for (const auto& [key, value] : lb->items()) {
+      const std::string param = "logit_bias." + key;
+      int id = -1;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (ec != std::errc() || end != key.data() + key.size() || id < 0)
+        bad(param,
+            "'logit_bias' keys must be token ids (non-negative integers), got '" + key + "'");
+      if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0))
+        bad(param, "'" + param + "' must be a number in [-100, 100]");
+      r.sampling.logit_bias.emplace_back(id, static_cast<float>(value.get<double>()));
+    }
+  }
   if (!chat) {
     if (get_bool(j, "echo", false)) bad("echo", "'echo' is not supported by this server");
     if (const json* suffix = field(j, "suffix");

@@ -12,6 +12,9 @@ SamplingParams GenerateFlags::sampling() const {
   s.top_k = top_k;
   s.top_p = top_p;
   s.min_p = min_p;
+  s.presence_penalty = presence_penalty;
+  s.frequency_penalty = frequency_penalty;
+  s.repetition_penalty = repeat_penalty;
   s.seed = seed >= 0 ? static_cast<std::uint64_t>(seed) : std::random_device{}();
   return s;
 }
@@ -28,6 +31,15 @@ void add_generate_options(CLI::App& app, const std::shared_ptr<GenerateFlags>& f
                   "Nucleus sampling: keep the smallest set with this mass (1: off)");
   add_flag_option(app, "--min-p", f.min_p,
                   "Drop tokens below min-p times the best token's probability (0: off)");
+  add_flag_option(app, "--presence-penalty", f.presence_penalty,
+                  "Subtract this from the logit of every token generated before (OpenAI's, "
+                  "[-2, 2]; 0: off)");
+  add_flag_option(app, "--frequency-penalty", f.frequency_penalty,
+                  "Subtract this times its count from the logit of every token generated before "
+                  "(OpenAI's, [-2, 2]; 0: off)");
+  add_flag_option(app, "--repeat-penalty,--repetition-penalty", f.repeat_penalty,
+                  "Divide the positive logits of every token of the prompt and the output so far "
+                  "by this and multiply the negative ones (Hugging Face's; 1: off)");
   add_flag_option(app, "-s,--seed", f.seed,
                   "Random seed; the same seed gives the same output (-1: random)");
   app.add_option("--stop", f.stops,

@@ -20,6 +20,9 @@ struct GenerateFlags {
   int top_k = 0;
   float top_p = 0.95f;
   float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repeat_penalty = 1.0f;
   long long seed = -1;
   std::vector<std::string> stops;
   bool ignore_eos = false;
