@@ -4,6 +4,8 @@
 // own thread serves many submitters with results identical to serving each alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <fstream>
 #include <future>
@@ -99,6 +101,58 @@ TEST_F(EngineTest, StopStringsCutTheTextAndEndTheRequest) {
   EXPECT_EQ(c.stop_reason, "stop");
   EXPECT_EQ(c.matched_stop, "verify");
   EXPECT_LT(c.tokens.size(), whole.tokens.size());
+}
+
+// Request::logprobs: each generated token's log-probability and the most likely alternatives,
+// against the log-softmax (in double) of the logits one forward pass over the prompt and the
+// output gives for every position: an independent computation of the same distributions.
+TEST_F(EngineTest, LogprobsAreTheLogSoftmaxOfTheModelsLogits) {
+  Engine engine(*model_, tokenizer_.get(), pool_);
+  Request r;
+  r.prompt_ids = {5, 6, 7, 8};
+  r.max_new_tokens = 12;
+  r.sampling.temperature = 0.8f;
+  r.sampling.seed = 5;
+  r.sampling.frequency_penalty = 1.0f;  // adjusts the sampling, not the reported probabilities
+  r.ignore_eos = true;
+  r.logprobs = 3;
+  engine.submit(engine.prepare(r));
+  engine.run_until_idle();
+  const Completion c = engine.take_completions().at(0);
+  ASSERT_EQ(c.logprobs.size(), c.tokens.size());
+  ASSERT_EQ(c.tokens.size(), 12u);
+  std::vector<int> ids = r.prompt_ids;
+  ids.insert(ids.end(), c.tokens.begin(), c.tokens.end() - 1);
+  const int V = model_->config().vocab_size, n = static_cast<int>(c.tokens.size());
+  KvCache cache(model_->cache_shape(static_cast<int>(ids.size()), 0, KvDtype::f32));
+  std::vector<ForwardRow> rows;
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    rows.push_back({&cache, ids[i], static_cast<int>(i), i + n >= ids.size()});
+  ForwardScratch scratch;
+  std::vector<float> logits(static_cast<std::size_t>(n) * V);
+  model_->forward(rows, scratch, pool_, logits.data());
+  for (int t = 0; t < n; ++t) {
+    const float* l = logits.data() + static_cast<std::size_t>(t) * V;
+    double m = l[0], sum = 0.0;
+    for (int i = 0; i < V; ++i) m = std::max(m, static_cast<double>(l[i]));
+    for (int i = 0; i < V; ++i) sum += std::exp(l[i] - m);
+    const auto lp = [&](int id) { return l[id] - m - std::log(sum); };
+    const TokenLogprob& got = c.logprobs[static_cast<std::size_t>(t)];
+    EXPECT_EQ(got.token, c.tokens[static_cast<std::size_t>(t)]);
+    EXPECT_NEAR(got.logprob, lp(got.token), 1e-3) << "token " << t;
+    ASSERT_EQ(got.top.size(), 3u);
+    std::vector<int> order(static_cast<std::size_t>(V));
+    for (int i = 0; i < V; ++i) order[static_cast<std::size_t>(i)] = i;
+    std::partial_sort(order.begin(), order.begin() + 3, order.end(),
+                      [&](int a, int b) { return l[a] > l[b]; });
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(got.top[static_cast<std::size_t>(k)].first, order[static_cast<std::size_t>(k)]);
+      EXPECT_NEAR(got.top[static_cast<std::size_t>(k)].second,
+                  lp(order[static_cast<std::size_t>(k)]), 1e-3);
+    }
+  }
+  r.logprobs = 21;
+  EXPECT_THROW(engine.prepare(r), Error);
 }
 
 TEST_F(EngineTest, PrepareRefusesInvalidRequests) {

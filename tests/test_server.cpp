@@ -432,6 +432,67 @@ TEST_F(ServerTest, LogitBiasReachesTheSampler) {
   engine.stop();
 }
 
+// logprobs in OpenAI's two shapes (non-streaming): chat's content list and completions' legacy
+// object. Greedy, so each chosen token is the most likely one; the tokens' texts join into the
+// text; a stream asking for them is refused.
+TEST_F(ServerTest, LogprobsInBothShapes) {
+  ServerOptions o;
+  o.port = 0;
+  Engine engine(*model_, tokenizer_.get(), pool_);
+  Running r(o);
+  engine.start();
+  r.server().set_engine(&engine, "tiny", {});
+  auto client = r.client();
+  const std::string question = test::held_out_problems(1).at(0);
+  json chat = {{"messages", {{{"role", "user"}, {"content", question}}}},
+               {"max_tokens", 6},
+               {"temperature", 0},
+               {"logprobs", true},
+               {"top_logprobs", 2}};
+  auto res = client.Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json out = json::parse(res->body);
+  const json& content = out["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), out["usage"]["completion_tokens"].get<std::size_t>());
+  for (const json& t : content) {
+    ASSERT_EQ(t["top_logprobs"].size(), 2u);
+    EXPECT_EQ(t["token"], t["top_logprobs"][0]["token"]);
+    EXPECT_EQ(t["logprob"], t["top_logprobs"][0]["logprob"]);
+    EXPECT_GE(t["top_logprobs"][0]["logprob"].get<double>(),
+              t["top_logprobs"][1]["logprob"].get<double>());
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+    std::string bytes;
+    for (const json& b : t["bytes"]) bytes += static_cast<char>(b.get<int>());
+    EXPECT_EQ(bytes, t["token"].get<std::string>());  // the tiny model's tokens are ASCII
+  }
+  json completion = {{"prompt", question}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 1}};
+  res = client.Post("/v1/completions", completion.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  out = json::parse(res->body);
+  const json& lp = out["choices"][0]["logprobs"];
+  std::string joined;
+  for (std::size_t i = 0; i < lp["tokens"].size(); ++i) {
+    EXPECT_EQ(lp["text_offset"][i].get<std::size_t>(), joined.size());
+    joined += lp["tokens"][i].get<std::string>();
+    ASSERT_EQ(lp["top_logprobs"][i].size(), 1u);
+    EXPECT_EQ(lp["top_logprobs"][i].begin().value(), lp["token_logprobs"][i]);
+  }
+  EXPECT_EQ(joined, out["choices"][0]["text"]);
+  // Without logprobs the field is null, as OpenAI's.
+  completion.erase("logprobs");
+  res = client.Post("/v1/completions", completion.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_TRUE(json::parse(res->body)["choices"][0]["logprobs"].is_null());
+  chat["stream"] = true;
+  res = client.Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_EQ(json::parse(res->body)["error"]["param"], "logprobs");
+  engine.stop();
+}
+
 TEST_F(ServerTest, AnApiKeyGuardsEveryEndpointButHealth) {
   ServerOptions o;
   o.port = 0;

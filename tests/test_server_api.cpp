@@ -198,7 +198,12 @@ TEST(OpenAiRequest, EveryInvalidBodyIsA400NamingTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "stream": "yes"})", "stream"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {}})",
        "stream_options"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", "logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})",
+       "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "stream": true})",
+       "logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "kv": "rkv"})", "kv"},
       {R"({"messages": [{"role": "user", "content": "x"}], "kv": {"method": "magic"}})", "kv"},
       {R"({"messages": [{"role": "user", "content": "x"}], "kv": {"budgett": 5}})", "kv.budgett"},
@@ -228,6 +233,15 @@ TEST(OpenAiRequest, EveryInvalidBodyIsA400NamingTheField) {
     EXPECT_EQ(status, 400) << body;
     EXPECT_EQ(got, param) << body;
   }
+  EXPECT_EQ(refusal(R"({"prompt": "x", "logprobs": 6})", false).second, "logprobs");
+  EXPECT_EQ(parse(R"({"prompt": "x", "logprobs": 2})", false).request.logprobs, 2);
+  EXPECT_EQ(parse(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true,
+      "top_logprobs": 4})")
+                .request.logprobs,
+            4);
+  EXPECT_EQ(parse(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false})")
+                .request.logprobs,
+            -1);
   EXPECT_EQ(refusal(R"({"prompt": "x", "echo": true})", false).second, "echo");
   EXPECT_EQ(refusal(R"({"prompt": "x", "suffix": "y"})", false).second, "suffix");
   EXPECT_EQ(refusal(R"({"prompt": "x", "best_of": 2})", false).second, "best_of");

@@ -143,6 +143,18 @@ class TriAttentionEngine : public ::testing::Test {
   std::unique_ptr<Engine> preparer_;
 };
 
+// The original positions each KV head keeps in a compression event.
+std::vector<std::set<std::int32_t>> kept_positions(const CompressionEvent& e) {
+  std::vector<std::set<std::int32_t>> out;
+  for (std::size_t h = 0; h < e.selection->kept.size(); ++h) {
+    std::set<std::int32_t> kept;
+    for (std::int32_t i : e.selection->kept[h])
+      kept.insert(e.cache->positions(e.layer, static_cast<int>(h))[i]);
+    out.push_back(std::move(kept));
+  }
+  return out;
+}
+
 // What one compression event showed: the step, the layer, the entries before, and the kept
 // positions of every KV head.
 struct Seen {
@@ -160,13 +172,7 @@ TEST_F(TriAttentionEngine, CompressesEveryLayerAfterThePassAtBudgetPlusBuffer) {
   std::vector<Seen> seen;
   int checked = 0;
   r.on_compression = [&](const CompressionEvent& e) {
-    Seen s{e.step, e.layer, e.n_before, {}};
-    for (std::size_t h = 0; h < e.selection->kept.size(); ++h) {
-      std::set<std::int32_t> kept;
-      for (std::int32_t i : e.selection->kept[h])
-        kept.insert(e.cache->positions(e.layer, static_cast<int>(h))[i]);
-      s.kept.push_back(std::move(kept));
-    }
+    Seen s{e.step, e.layer, e.n_before, kept_positions(e)};
     // Its trace fields (MethodInfo::trace_fields): each head's combined score of the generated
     // entries, nothing else.
     ASSERT_NE(e.diagnostics, nullptr);
@@ -231,13 +237,7 @@ TEST_F(TriAttentionEngine, PerLayerSelectionDecidesEachLayerAloneAndUnionOneSetF
     r.compression.selection = selection;
     std::vector<Seen> seen;
     r.on_compression = [&](const CompressionEvent& e) {
-      Seen s{e.step, e.layer, e.n_before, {}};
-      for (std::size_t h = 0; h < e.selection->kept.size(); ++h) {
-        std::set<std::int32_t> kept;
-        for (std::int32_t i : e.selection->kept[h])
-          kept.insert(e.cache->positions(e.layer, static_cast<int>(h))[i]);
-        s.kept.push_back(std::move(kept));
-      }
+      Seen s{e.step, e.layer, e.n_before, kept_positions(e)};
       seen.push_back(std::move(s));
     };
     alone(r);
@@ -485,14 +485,7 @@ TEST(TriAttentionGolden, KvMemoryReplaysTheReferenceRounds) {
     std::vector<std::vector<std::vector<std::set<std::int32_t>>>> rounds;
     memory.set_listener([&](const CompressionEvent& e) {
       if (e.layer == 0) rounds.emplace_back();
-      std::vector<std::set<std::int32_t>> heads;
-      for (std::size_t h = 0; h < e.selection->kept.size(); ++h) {
-        std::set<std::int32_t> kept;
-        for (std::int32_t i : e.selection->kept[h])
-          kept.insert(e.cache->positions(e.layer, static_cast<int>(h))[i]);
-        heads.push_back(std::move(kept));
-      }
-      rounds.back().push_back(std::move(heads));
+      rounds.back().push_back(kept_positions(e));
     });
     std::vector<float> k(static_cast<std::size_t>(kv_heads) * d), v(k.size(), 0.0f);
     const auto append = [&](int t) {

@@ -88,6 +88,9 @@ struct Request {
   std::vector<std::string> stop;  // stop strings: the text ends before the first one found
   bool ignore_eos = false;
   bool decode_text = true;  // stream text (needs a tokenizer); false: token ids only
+  // -1: none; 0-20: each generated token's log-probability (Completion::logprobs) and that many
+  // most likely alternatives.
+  int logprobs = -1;
   CompressionParams compression = CompressionParams::none();
   SteeringParams steering;  // SkipKV adaptive steering (default: none)
   // The KV cache's dtype (default: the engine's). prepare() fills it in.
@@ -122,7 +125,9 @@ struct TokenEvent {
 
 struct Completion {
   std::uint64_t id = 0;
-  std::vector<int> tokens;    // generated ids (eos excluded)
+  std::vector<int> tokens;  // generated ids (eos excluded)
+  // With Request::logprobs >= 0: one per generated token (tokens[i]'s is logprobs[i]).
+  std::vector<TokenLogprob> logprobs;
   std::string text;           // generated text, cut before a stop string (empty without text)
   std::string finish_reason;  // OpenAI's: "stop" (eos or a stop string), "length", "cancelled",
                               // "error"

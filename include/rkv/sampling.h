@@ -11,6 +11,15 @@
 
 namespace rkv {
 
+// One generated token's log-probability under the model (the log-softmax of its logits, before
+// the logit bias, the penalties and the temperature: vLLM's raw log-probabilities), and the most
+// likely tokens at that step, best first.
+struct TokenLogprob {
+  int token = -1;
+  float logprob = 0.0f;
+  std::vector<std::pair<int, float>> top;  // (token id, log-probability)
+};
+
 struct SamplingParams {
   float temperature = 0.6f;  // 0: greedy (argmax)
   int top_k = 0;             // 0: off

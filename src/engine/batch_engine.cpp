@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 
@@ -86,6 +87,7 @@ void BatchEngine::retire(Sequence& s) {
   BatchResult result;
   result.id = s.id;
   result.tokens = std::move(s.generated);
+  result.logprobs = std::move(s.logprobs);
   result.stop_reason = s.stop_reason;
   result.error = s.error;
   result.prompt_tokens = s.prompt_size();
@@ -202,6 +204,10 @@ void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
         continue;
       }
     }
+    // Log-probabilities are the model's own, before the sampler adjusts the logits in place.
+    const int want_logprobs = s.request.request.logprobs;
+    std::optional<TokenLogprob> logprob;
+    if (want_logprobs >= 0) logprob = top_logprobs(logits, V, want_logprobs, logprob_scratch_);
     const int token = s.sampler->sample(logits, V);
     const auto& eos = s.request.eos_ids;
     if (!s.request.request.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
@@ -209,6 +215,11 @@ void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
       continue;
     }
     s.generated.push_back(token);
+    if (logprob) {
+      logprob->token = token;
+      logprob->logprob = logprob_scratch_[static_cast<std::size_t>(token)];
+      s.logprobs.push_back(std::move(*logprob));
+    }
     if (s.hooks.on_token && !s.hooks.on_token(token)) {
       s.finish("stopped");
       continue;
@@ -229,6 +240,28 @@ double BatchEngine::compression_seconds() const {
   double total = retired_compression_seconds_;
   for (const auto& s : running_) total += s->memory->compression_seconds();
   return total;
+}
+
+TokenLogprob top_logprobs(const float* logits, int vocab, int top, std::vector<float>& all) {
+  // log p = logit - logsumexp(logits), the sum in double.
+  const float max_logit = *std::max_element(logits, logits + vocab);
+  double sum = 0.0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max_logit));
+  const double lse = static_cast<double>(max_logit) + std::log(sum);
+  all.resize(static_cast<std::size_t>(vocab));
+  for (int i = 0; i < vocab; ++i)
+    all[static_cast<std::size_t>(i)] = static_cast<float>(static_cast<double>(logits[i]) - lse);
+  TokenLogprob out;
+  const int k = std::min(top, vocab);
+  std::vector<int> ids(static_cast<std::size_t>(vocab));
+  for (int i = 0; i < vocab; ++i) ids[static_cast<std::size_t>(i)] = i;
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int a, int b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int j = 0; j < k; ++j)
+    out.top.emplace_back(ids[static_cast<std::size_t>(j)],
+                         all[static_cast<std::size_t>(ids[static_cast<std::size_t>(j)])]);
+  return out;
 }
 
 bool BatchEngine::compress_or_fail(Sequence& s, std::int64_t tokens) {

@@ -113,7 +113,12 @@ class BatchEngine {
   std::int64_t steps_ = 0;
   double step_seconds_ = 0.0;
   std::vector<float> logits_;
+  std::vector<float> logprob_scratch_;  // one row's log-probabilities
 };
+
+// The log-probabilities of `logits` [vocab] into all[vocab], and the `top` most likely tokens,
+// best first (ties to the lower id); the returned token and logprob are left for the caller.
+TokenLogprob top_logprobs(const float* logits, int vocab, int top, std::vector<float>& all);
 
 // Parses "6GiB", "512MiB", "1.5G", "1000000" (bytes). Throws rkv::Error.
 std::size_t parse_byte_size(const std::string& text);

@@ -141,6 +141,10 @@ PreparedRequest Engine::prepare(Request request) const {
     }
   };
   checked("", request.sampling);
+  if (request.logprobs < -1 || request.logprobs > 20)
+    throw RequestError(
+        "top log-probabilities must be between 0 and 20, got " + std::to_string(request.logprobs),
+        "top_logprobs");
   for (const auto& [token, bias] : request.sampling.logit_bias)
     if (token >= c.vocab_size)
       throw RequestError("logit bias: token id " + std::to_string(token) +
@@ -366,6 +370,7 @@ bool Engine::step() {
     active_.erase(it);
     Completion c;
     c.tokens = std::move(r.tokens);
+    c.logprobs = std::move(r.logprobs);
     c.stop_reason = r.stop_reason == "stopped" ? "stop" : r.stop_reason;
     c.error = std::move(r.error);
     if (!a->callback_error.empty()) {

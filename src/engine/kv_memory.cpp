@@ -126,20 +126,7 @@ void KvMemory::compress_layer(int layer, std::int64_t seq_len, ThreadPool* pool)
   const Selection selection =
       rkv::compress_layer(view, params_, listener_ ? &diagnostics : nullptr, pool);
   if (!selection.compressed) return;
-  if (listener_) {
-    CompressionEvent event;
-    event.step = seq_len;
-    event.layer = layer;
-    event.n_before = n_all;
-    event.cache = &cache;
-    event.diagnostics = &diagnostics;
-    event.view = &view;
-    event.selection = &selection;
-    event.params = &params_;
-    listener_(event);
-  }
-  cache.compact(layer, selection.kept, selection.new_state);
-  ++compressions_;
+  apply(layer, seq_len, n_all, selection, &diagnostics, &view);
   compression_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -204,21 +191,31 @@ void KvMemory::compress_whole_pass(std::int64_t tokens, ThreadPool* pool) {
         const auto& score = plan.decision.aggregated[unit];
         diagnostics.heads.emplace_back().final_score.assign(score.begin(), score.end());
       }
-      CompressionEvent event;
-      event.step = tokens;
-      event.layer = l;
-      event.n_before = view.n_all;
-      event.cache = &cache;
-      event.diagnostics = &diagnostics;
-      event.selection = &selection;
-      event.params = &params_;
-      listener_(event);
+      apply(l, tokens, view.n_all, selection, &diagnostics, nullptr);
+    } else {
+      apply(l, tokens, view.n_all, selection, nullptr, nullptr);
     }
-    cache.compact(l, selection.kept, selection.new_state);
-    ++compressions_;  // counted per layer, as a per-layer method's
   }
   compression_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void KvMemory::apply(int layer, std::int64_t step, int n_before, const Selection& selection,
+                     const Diagnostics* diagnostics, const LayerView* view) {
+  if (listener_) {
+    CompressionEvent event;
+    event.step = step;
+    event.layer = layer;
+    event.n_before = n_before;
+    event.cache = cache_.get();
+    event.diagnostics = diagnostics;
+    event.view = view;
+    event.selection = &selection;
+    event.params = &params_;
+    listener_(event);
+  }
+  cache_->compact(layer, selection.kept, selection.new_state);
+  ++compressions_;  // layer compressions, whether planned per layer or for the whole pass
 }
 
 void KvMemory::accumulate(int layer, int kv_head, const float* probs, int G, int n) {

@@ -145,6 +145,9 @@ class KvMemory {
   void forget_evicted_sentences();
   // One whole-pass compression of every layer (plan, then apply), `tokens` processed so far.
   void compress_whole_pass(std::int64_t tokens, ThreadPool* pool);
+  // Tells the listener (diagnostics and view may be null) and applies one layer's plan.
+  void apply(int layer, std::int64_t step, int n_before, const Selection& selection,
+             const Diagnostics* diagnostics, const LayerView* view);
 
   CompressionParams params_;
   const MethodInfo& method_;  // the method's record: what it needs, asked by need

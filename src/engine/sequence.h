@@ -29,8 +29,9 @@ struct SequenceHooks {
 struct BatchResult {
   std::uint64_t id = 0;
   std::vector<int> tokens;
-  std::string stop_reason;  // "eos", "length", "stopped", "cancelled", "error"
-  std::string error;        // "error": what failed (the forward pass that carried the sequence)
+  std::vector<TokenLogprob> logprobs;  // Request::logprobs >= 0: one per sampled token
+  std::string stop_reason;             // "eos", "length", "stopped", "cancelled", "error"
+  std::string error;  // "error": what failed (the forward pass that carried the sequence)
   int prompt_tokens = 0;
   std::size_t kv_bytes = 0;  // the sequence's slot
   KvDtype kv_dtype = KvDtype::f32;
@@ -53,6 +54,7 @@ struct Sequence {
   int prefilled = 0;    // prompt tokens already run
   int next_token = -1;  // sampled and not yet fed to the model
   std::vector<int> generated;
+  std::vector<TokenLogprob> logprobs;  // Request::logprobs >= 0
   bool finished = false;
   std::string stop_reason;  // "eos", "length", "stopped", "cancelled", "error"
   std::string error;        // what failed, for "error"

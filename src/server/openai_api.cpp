@@ -335,10 +335,23 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
     out.include_usage = get_bool(*so, "include_usage", false);
   }
   r.ignore_eos = get_bool(j, "ignore_eos", false);
-  if (const json* lp = field(j, "logprobs");
-      (lp != nullptr && *lp != json(false) && *lp != json(0)) ||
-      field(j, "top_logprobs") != nullptr)
-    bad("logprobs", "logprobs are not supported by this server");
+  // Log-probabilities: chat takes `logprobs` (true/false) and `top_logprobs` (0-20); completions
+  // the legacy `logprobs` (the number of alternatives, 0-5). Not with stream (yet): refused.
+  if (const json* lp = field(j, "logprobs"); lp != nullptr && !lp->is_null()) {
+    if (chat) {
+      if (!lp->is_boolean()) bad("logprobs", "'logprobs' must be true or false");
+      const json* top = field(j, "top_logprobs");
+      if (top != nullptr && !top->is_null() && !lp->get<bool>())
+        bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      if (lp->get<bool>()) r.logprobs = static_cast<int>(get_int(j, "top_logprobs", 0, 0, 20));
+    } else {
+      r.logprobs = static_cast<int>(get_int(j, "logprobs", 0, 0, 5));
+    }
+  } else if (const json* top = field(j, "top_logprobs"); top != nullptr && !top->is_null()) {
+    bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  }
+  if (r.logprobs >= 0 && out.stream)
+    bad("logprobs", "'logprobs' is not supported with 'stream' by this server yet");
   r.sampling.presence_penalty =
       static_cast<float>(get_number(j, "presence_penalty", r.sampling.presence_penalty, -2.0, 2.0));
   r.sampling.frequency_penalty = static_cast<float>(
@@ -409,6 +422,46 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
   }
   r.steering = defaults.steering;
   return out;
+}
+
+json logprobs_body(const Completion& c, const Tokenizer& tokenizer, bool chat, int requested) {
+  if (requested < 0) return nullptr;
+  const auto text_of = [&](int id) { return tokenizer.decode({id}); };
+  const auto bytes_of = [&](int id) {
+    json bytes = json::array();
+    for (unsigned char b : tokenizer.token_text(id)) bytes.push_back(static_cast<int>(b));
+    return bytes;
+  };
+  if (chat) {
+    json content = json::array();
+    for (const TokenLogprob& t : c.logprobs) {
+      json top = json::array();
+      for (const auto& [id, lp] : t.top)
+        top.push_back({{"token", text_of(id)}, {"logprob", lp}, {"bytes", bytes_of(id)}});
+      content.push_back({{"token", text_of(t.token)},
+                         {"logprob", t.logprob},
+                         {"bytes", bytes_of(t.token)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
+  std::size_t offset = 0;
+  for (const TokenLogprob& t : c.logprobs) {
+    const std::string text = text_of(t.token);
+    tokens.push_back(text);
+    token_logprobs.push_back(t.logprob);
+    json alternatives = json::object();
+    for (const auto& [id, lp] : t.top) alternatives[text_of(id)] = lp;
+    top.push_back(alternatives);
+    offsets.push_back(offset);
+    offset += text.size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top},
+          {"text_offset", offsets}};
 }
 
 json kv_report(const std::vector<Completion>& choices) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "rkv/engine.h"
+#include "rkv/tokenizer.h"
 
 namespace rkv::server {
 
@@ -73,6 +74,13 @@ std::optional<KvDtype> parse_kv_dtype_field(const nlohmann::json& kv);
 
 // What the response reports of one choice's KV cache.
 nlohmann::json kv_report(const std::vector<Completion>& choices);
+// A choice's `logprobs` object (null when the request asked for none): chat's {"content":
+// [{"token", "logprob", "bytes", "top_logprobs": [...]}, ...]}, or completions' {"tokens",
+// "token_logprobs", "top_logprobs", "text_offset"}. Token texts are the tokenizer's, decoded on
+// their own (U+FFFD for a token that is part of a character; `bytes` has its raw bytes).
+// `requested`: the request's Request::logprobs (-1: none, null).
+nlohmann::json logprobs_body(const Completion& c, const Tokenizer& tokenizer, bool chat,
+                             int requested);
 
 // usage: prompt, completion and reasoning tokens over the choices (the prompt counted once).
 nlohmann::json usage_body(const std::vector<Completion>& choices);

@@ -530,6 +530,8 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
   const std::string model = parsed.model.empty() ? name() : parsed.model;
   const bool split = chat && !parsed.reasoning_inline;
   const int n = parsed.n;
+  const int logprobs = parsed.request.logprobs;
+  const Tokenizer* tokenizer = engine_ref.tokenizer();
   const auto heartbeat = std::chrono::duration<double>(options.heartbeat_seconds);
   Engine* eng = &engine_ref;
   auto cancel_all = [eng, ids, this] {
@@ -539,6 +541,12 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
   auto failed = [this](const std::exception& e) {
     ++server_errors;
     std::fprintf(stderr, "[serve] error while answering: %s\n", e.what());
+  };
+
+  // Requests are prepared with the tokenizer (decode_text), so it is there when logprobs are.
+  auto logprobs_of = [logprobs, tokenizer, chat](const Completion& c) -> json {
+    if (logprobs < 0 || tokenizer == nullptr) return nullptr;
+    return logprobs_body(c, *tokenizer, chat, logprobs);
   };
 
   if (!parsed.stream) {
@@ -587,12 +595,12 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
             choices.push_back({{"index", i},
                                {"message", message},
                                {"finish_reason", c.finish_reason},
-                               {"logprobs", nullptr}});
+                               {"logprobs", logprobs_of(c)}});
           } else {
             choices.push_back({{"index", i},
                                {"text", c.text},
                                {"finish_reason", c.finish_reason},
-                               {"logprobs", nullptr}});
+                               {"logprobs", logprobs_of(c)}});
           }
         }
         const json body = {{"id", id},
