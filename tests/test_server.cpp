@@ -603,6 +603,7 @@ TEST(ServerReasoning, TheChainOfThoughtGoesToReasoningContent) {
   const json inline_json = json::parse(inline_res->body);
   const std::string raw = inline_json["choices"][0]["message"]["content"];
   EXPECT_FALSE(inline_json["choices"][0]["message"].contains("reasoning_content"));
+  EXPECT_FALSE(inline_json["choices"][0]["message"].contains("reasoning"));
 
   body["reasoning_format"] = "parsed";
   auto parsed_res = client.Post("/v1/chat/completions", body.dump(), "application/json");
@@ -613,6 +614,7 @@ TEST(ServerReasoning, TheChainOfThoughtGoesToReasoningContent) {
   std::string expected_reasoning = raw.substr(0, close);
   expected_reasoning.erase(0, expected_reasoning.find_first_not_of("\r\n"));
   EXPECT_EQ(message.value("reasoning_content", std::string()), expected_reasoning);
+  EXPECT_EQ(message.value("reasoning", std::string()), expected_reasoning);  // vLLM's name
   const int completion = parsed["usage"]["completion_tokens"];
   const int reasoning = parsed["usage"]["completion_tokens_details"]["reasoning_tokens"];
   EXPECT_EQ(completion, 40);
@@ -631,6 +633,8 @@ TEST(ServerReasoning, TheChainOfThoughtGoesToReasoningContent) {
   for (const std::string& e : sse_events(streamed->body)) {
     if (e == "[DONE]") continue;
     const json delta = json::parse(e)["choices"][0]["delta"];
+    EXPECT_EQ(delta.value("reasoning", std::string()),
+              delta.value("reasoning_content", std::string()));
     reasoning_text += delta.value("reasoning_content", std::string());
     content_text += delta.value("content", std::string());
   }

@@ -588,7 +588,11 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
               d.reasoning += tail.reasoning;
               d.content += tail.content;
               message["content"] = d.content;
-              if (!d.reasoning.empty()) message["reasoning_content"] = d.reasoning;
+              // reasoning_content (DeepSeek's, llama.cpp's) and reasoning (vLLM's newer name).
+              if (!d.reasoning.empty()) {
+                message["reasoning_content"] = d.reasoning;
+                message["reasoning"] = d.reasoning;
+              }
             } else {
               message["content"] = c.text;
             }
@@ -643,11 +647,16 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
         return chunk_of(json::array(
             {{{"index", i}, {"text", text}, {"finish_reason", nullptr}, {"logprobs", nullptr}}}));
       };
+      // The chain of thought under both names clients read: reasoning_content and reasoning.
+      auto reasoning_chunk = [&](int i, const std::string& text) {
+        return chunk_of(json::array({{{"index", i},
+                                      {"delta", {{"reasoning_content", text}, {"reasoning", text}}},
+                                      {"finish_reason", nullptr}}}));
+      };
       std::vector<ReasoningSplitter> splitters(static_cast<std::size_t>(n),
                                                ReasoningSplitter(starts_in_reasoning));
       auto send_text = [&](int i, const ReasoningSplitter::Delta& d) {
-        if (!d.reasoning.empty() && !send(delta_chunk(i, "reasoning_content", d.reasoning)))
-          return false;
+        if (!d.reasoning.empty() && !send(reasoning_chunk(i, d.reasoning))) return false;
         if (!d.content.empty() && !send(delta_chunk(i, "content", d.content))) return false;
         return true;
       };
