@@ -18,7 +18,9 @@
 #include "core/thread_pool.h"
 #include "engine/batch_engine.h"
 #include "model/model.h"
+#include "model/random_checkpoint.h"
 #include "rkv/engine.h"
+#include "rkv/error.h"
 #include "rkv/tokenizer.h"
 #include "shipped_model_test.h"
 #include "test_util.h"
@@ -153,6 +155,78 @@ TEST_F(EngineTest, LogprobsAreTheLogSoftmaxOfTheModelsLogits) {
   }
   r.logprobs = 21;
   EXPECT_THROW(engine.prepare(r), Error);
+}
+
+// Request::thinking_budget on a checkpoint with DeepSeek-R1's template (the prompt opens
+// <think>; random weights, which rarely write </think> themselves): after N tokens of thought
+// the engine writes the message and "\n</think>\n\n", then samples the answer. What is real: the
+// template, the tokenizer and the engine; what is random: the weights, so the test checks where
+// the closing tokens land, not what the model says.
+TEST(ThinkingBudget, ClosesTheThoughtAfterNTokensAndTheAnswerFollows) {
+  test::TempDir dir("thinking-budget");
+  RandomCheckpointOptions shape;
+  shape.shape = "tiny-r1";
+  shape.dtype = DType::F32;
+  shape.seed = 3;
+  write_random_checkpoint(dir.path(), shape);
+  auto model = Model::load(dir.path());
+  const Tokenizer tokenizer = Tokenizer::load(dir.path());
+  ThreadPool pool(2);
+  Engine engine(*model, &tokenizer, pool);
+  const int think_end = tokenizer.token_id("</think>");
+  ASSERT_GE(think_end, 0);
+  for (const std::string& message : {std::string(), std::string(" Time to answer.")}) {
+    SCOPED_TRACE(message);
+    Request r;
+    r.messages = {{"user", "What is 2+2?"}};
+    r.max_new_tokens = 24;
+    r.sampling.temperature = 0.0f;
+    r.ignore_eos = true;
+    r.thinking_budget = 5;
+    r.thinking_budget_message = message;
+    const PreparedRequest p = engine.prepare(r);
+    ASSERT_TRUE(p.starts_in_reasoning);
+    const auto close_ids = tokenizer.encode(message + "\n</think>\n\n", false);
+    const std::vector<int> close(close_ids.begin(), close_ids.end());
+    ASSERT_NE(std::find(close.begin(), close.end(), think_end), close.end());
+    engine.submit(p);
+    engine.run_until_idle();
+    const Completion c = engine.take_completions().at(0);
+    ASSERT_EQ(c.tokens.size(), 24u);
+    // Five sampled thought tokens (none of them </think>), then the closing tokens.
+    for (int i = 0; i < 5; ++i) EXPECT_NE(c.tokens[static_cast<std::size_t>(i)], think_end);
+    EXPECT_EQ(std::vector<int>(c.tokens.begin() + 5, c.tokens.begin() + 5 + close.size()), close);
+    // The thought ends at </think>: five tokens and the close up to it count as reasoning.
+    const auto end_at = std::find(close.begin(), close.end(), think_end) - close.begin();
+    EXPECT_EQ(c.reasoning_tokens, 5 + static_cast<int>(end_at) + 1);
+    // The text: the thought, the message, </think>, and an answer after it.
+    const std::size_t closed = c.text.find(message + "\n</think>\n\n");
+    ASSERT_NE(closed, std::string::npos) << c.text;
+    EXPECT_GT(c.text.size(), closed + message.size() + 11) << "no answer followed";
+  }
+  // Budget 0: the thought is closed at once.
+  Request r;
+  r.messages = {{"user", "Hi"}};
+  r.max_new_tokens = 6;
+  r.sampling.temperature = 0.0f;
+  r.thinking_budget = 0;
+  r.ignore_eos = true;
+  engine.submit(engine.prepare(r));
+  engine.run_until_idle();
+  const Completion c = engine.take_completions().at(0);
+  EXPECT_EQ(c.text.rfind("\n</think>\n\n", 0), 0u) << c.text;
+  // A tokenizer without </think> cannot close a thought: refused, naming the field.
+  auto shipped = Model::load(test::shipped_model_dir());
+  const Tokenizer plain = Tokenizer::load(test::shipped_model_dir());
+  Engine other(*shipped, &plain, pool);
+  r.messages = {{"user", "1:a"}};
+  ASSERT_LT(plain.token_id("</think>"), 0);
+  try {
+    other.prepare(r);
+    FAIL() << "accepted without a </think> token";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.field(), "thinking_budget");
+  }
 }
 
 TEST_F(EngineTest, PrepareRefusesInvalidRequests) {

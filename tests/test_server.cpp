@@ -640,6 +640,19 @@ TEST(ServerReasoning, TheChainOfThoughtGoesToReasoningContent) {
   }
   EXPECT_EQ(reasoning_text, message.value("reasoning_content", std::string()));
   EXPECT_EQ(content_text, message["content"].get<std::string>());
+
+  // A thinking budget of 6 (vLLM's field name): the thought is closed after six tokens and the
+  // rest of the 40 is the answer, in content.
+  body["stream"] = false;
+  body["thinking_token_budget"] = 6;
+  auto budgeted = client.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_EQ(budgeted->status, 200) << budgeted->body;
+  const json b = json::parse(budgeted->body);
+  const json& bm = b["choices"][0]["message"];
+  EXPECT_FALSE(bm.value("reasoning_content", std::string()).empty());
+  EXPECT_FALSE(bm["content"].get<std::string>().empty()) << budgeted->body;
+  EXPECT_EQ(b["usage"]["completion_tokens"], 40);
+  EXPECT_LT(b["usage"]["completion_tokens_details"]["reasoning_tokens"].get<int>(), 15);
   engine.stop();
 }
 

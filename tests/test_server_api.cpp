@@ -233,6 +233,19 @@ TEST(OpenAiRequest, EveryInvalidBodyIsA400NamingTheField) {
     EXPECT_EQ(status, 400) << body;
     EXPECT_EQ(got, param) << body;
   }
+  EXPECT_EQ(parse(R"({"prompt": "x", "thinking_budget": 64})", false).request.thinking_budget, 64);
+  EXPECT_EQ(
+      parse(R"({"prompt": "x", "thinking_token_budget": 8, "thinking_budget_message": "Done."})",
+            false)
+          .request.thinking_budget,
+      8);
+  EXPECT_EQ(parse(R"({"prompt": "x"})", false).request.thinking_budget, -1);
+  EXPECT_EQ(refusal(R"({"prompt": "x", "thinking_budget": -2})", false).second, "thinking_budget");
+  EXPECT_EQ(
+      refusal(R"({"prompt": "x", "thinking_budget": 1, "thinking_token_budget": 1})", false).second,
+      "thinking_budget");
+  EXPECT_EQ(refusal(R"({"prompt": "x", "thinking_budget_message": 3})", false).second,
+            "thinking_budget_message");
   EXPECT_EQ(refusal(R"({"prompt": "x", "logprobs": 6})", false).second, "logprobs");
   EXPECT_EQ(parse(R"({"prompt": "x", "logprobs": 2})", false).request.logprobs, 2);
   EXPECT_EQ(parse(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true,

@@ -91,6 +91,13 @@ struct Request {
   // -1: none; 0-20: each generated token's log-probability (Completion::logprobs) and that many
   // most likely alternatives.
   int logprobs = -1;
+  // -1: none. N >= 0: once the chain of thought (after the prompt opened <think>, or after a
+  // generated <think>) has N tokens, the engine writes thinking_budget_message then
+  // "\n</think>\n\n" (as Qwen3's and DeepSeek-R1's templates close a thought) instead of sampling,
+  // and the answer follows. max_new_tokens still bounds everything generated. Needs a </think>
+  // token.
+  int thinking_budget = -1;
+  std::string thinking_budget_message;
   CompressionParams compression = CompressionParams::none();
   SteeringParams steering;  // SkipKV adaptive steering (default: none)
   // The KV cache's dtype (default: the engine's). prepare() fills it in.
@@ -113,8 +120,12 @@ struct PreparedRequest {
   std::vector<int> eos_ids;          // the model's and the tokenizer's end-of-sequence ids
   int max_new_tokens = 0;            // clipped to the context
   bool starts_in_reasoning = false;  // the prompt leaves a <think> block open (DeepSeek-R1, QwQ)
-  std::size_t slot_bytes = 0;        // its KV slot (cache at capacity)
-  int cache_capacity = 0;            // entries per (layer, KV head)
+  // Request::thinking_budget: the tokens that close a thought (message, then "\n</think>\n\n"),
+  // and the ids of <think> and </think> (-1 when the tokenizer has none).
+  std::vector<int> thinking_close;
+  int think_start_id = -1, think_end_id = -1;
+  std::size_t slot_bytes = 0;  // its KV slot (cache at capacity)
+  int cache_capacity = 0;      // entries per (layer, KV head)
 };
 
 struct TokenEvent {

@@ -74,6 +74,7 @@ void BatchEngine::admit() {
                                              seq.request.cache_capacity, seq.kv_dtype()),
                          seq.prompt_size() - seq.seed_tokens());
     seq.sampler = std::make_unique<Sampler>(seq.request.request.sampling, seq.request.prompt);
+    seq.thinking = seq.request.starts_in_reasoning;
     seq.admitted = Clock::now();
     kv_bytes_in_use_ += seq.request.slot_bytes;
     peak_kv_bytes_ = std::max(peak_kv_bytes_, kv_bytes_in_use_);
@@ -208,13 +209,33 @@ void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
     const int want_logprobs = s.request.request.logprobs;
     std::optional<TokenLogprob> logprob;
     if (want_logprobs >= 0) logprob = top_logprobs(logits, V, want_logprobs, logprob_scratch_);
-    const int token = s.sampler->sample(logits, V);
+    // A thinking budget spent: the thought's closing tokens are written, not sampled.
+    const int budget = s.request.request.thinking_budget;
+    if (budget >= 0 && s.thinking && !s.thought_closed && s.thought_tokens >= budget &&
+        s.forced.empty()) {
+      s.forced.assign(s.request.thinking_close.begin(), s.request.thinking_close.end());
+      s.thought_closed = true;
+    }
+    int token;
+    if (!s.forced.empty()) {
+      token = s.forced.front();
+      s.forced.pop_front();
+    } else {
+      token = s.sampler->sample(logits, V);
+    }
     const auto& eos = s.request.eos_ids;
     if (!s.request.request.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
       s.finish("eos");
       continue;
     }
     s.generated.push_back(token);
+    if (token == s.request.think_start_id && s.request.think_start_id >= 0) {
+      s.thinking = true;
+    } else if (token == s.request.think_end_id && s.request.think_end_id >= 0) {
+      s.thinking = false;
+    } else if (s.thinking) {
+      ++s.thought_tokens;
+    }
     if (logprob) {
       logprob->token = token;
       logprob->logprob = logprob_scratch_[static_cast<std::size_t>(token)];

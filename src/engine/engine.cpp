@@ -141,6 +141,18 @@ PreparedRequest Engine::prepare(Request request) const {
     }
   };
   checked("", request.sampling);
+  if (request.thinking_budget < -1)
+    throw RequestError("the thinking budget must be >= 0 tokens (or -1: none), got " +
+                           std::to_string(request.thinking_budget),
+                       "thinking_budget");
+  if (request.thinking_budget >= 0 &&
+      (tokenizer_ == nullptr || vocab_->compression.think_end_id < 0))
+    throw RequestError(
+        "a thinking budget closes the thought with </think>, and the tokenizer has no such token",
+        "thinking_budget");
+  if (request.thinking_budget_message.size() > 4096)
+    throw RequestError("the thinking budget message is longer than 4096 bytes",
+                       "thinking_budget_message");
   if (request.logprobs < -1 || request.logprobs > 20)
     throw RequestError(
         "top log-probabilities must be between 0 and 20, got " + std::to_string(request.logprobs),
@@ -219,6 +231,12 @@ PreparedRequest Engine::prepare(Request request) const {
   const int think_start = vocab_->think_start_id;
   p.starts_in_reasoning =
       opens_think || (think_start >= 0 && !p.prompt.empty() && p.prompt.back() == think_start);
+  p.think_start_id = think_start;
+  p.think_end_id = vocab.think_end_id;
+  if (request.thinking_budget >= 0) {
+    const auto ids = tokenizer_->encode(request.thinking_budget_message + "\n</think>\n\n", false);
+    p.thinking_close.assign(ids.begin(), ids.end());
+  }
   p.request = std::move(request);
   return p;
 }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -55,6 +56,12 @@ struct Sequence {
   int next_token = -1;  // sampled and not yet fed to the model
   std::vector<int> generated;
   std::vector<TokenLogprob> logprobs;  // Request::logprobs >= 0
+  // Request::thinking_budget: inside a thought, its tokens so far, and the closing tokens still to
+  // write instead of sampling (once the budget is spent).
+  bool thinking = false;
+  int thought_tokens = 0;
+  bool thought_closed = false;
+  std::deque<int> forced;
   bool finished = false;
   std::string stop_reason;  // "eos", "length", "stopped", "cancelled", "error"
   std::string error;        // what failed, for "error"

@@ -335,6 +335,21 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
     out.include_usage = get_bool(*so, "include_usage", false);
   }
   r.ignore_eos = get_bool(j, "ignore_eos", false);
+  // The thinking budget: thinking_budget, or vLLM's thinking_token_budget (not both).
+  r.thinking_budget = defaults.thinking_budget;
+  r.thinking_budget_message = defaults.thinking_budget_message;
+  for (const char* name : {"thinking_budget", "thinking_token_budget"}) {
+    if (const json* b = field(j, name); b != nullptr && !b->is_null()) {
+      if (field(j, "thinking_budget") != nullptr && field(j, "thinking_token_budget") != nullptr)
+        bad(name, "give 'thinking_budget' or 'thinking_token_budget', not both");
+      r.thinking_budget = static_cast<int>(get_int(j, name, -1, 0, 1 << 30));
+    }
+  }
+  if (const json* m = field(j, "thinking_budget_message"); m != nullptr && !m->is_null()) {
+    if (!m->is_string())
+      bad("thinking_budget_message", "'thinking_budget_message' must be a string");
+    r.thinking_budget_message = m->get<std::string>();
+  }
   // Log-probabilities: chat takes `logprobs` (true/false) and `top_logprobs` (0-20); completions
   // the legacy `logprobs` (the number of alternatives, 0-5). Not with stream (yet): refused.
   if (const json* lp = field(j, "logprobs"); lp != nullptr && !lp->is_null()) {

@@ -48,6 +48,8 @@ struct RequestDefaults {
   CompressionParams compression = CompressionParams::none();
   SteeringParams steering;
   bool reasoning_inline = false;  // --reasoning-format none
+  int thinking_budget = -1;       // --thinking-budget (-1: none)
+  std::string thinking_budget_message;
   int max_n = 16;
 };
 

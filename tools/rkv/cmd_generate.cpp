@@ -53,7 +53,8 @@ void run(const Args& a) {
   const bool needs_tokenizer = a.prompt_ids.empty() || !a.print_ids || kv.info().needs.token_text ||
                                (kv.info().compresses && kv.trigger == Trigger::newline) ||
                                (kv.info().compresses && kv.think_only) ||
-                               !g.steering->path.empty() || !a.trace.empty();
+                               !g.steering->path.empty() || !a.trace.empty() ||
+                               g.thinking_budget >= 0;
   DeviceNeeds needs;
   needs.compressing_methods =
       compressing_methods({std::string(method_name(request.compression.method))});
@@ -81,6 +82,8 @@ void run(const Args& a) {
   request.sampling = g.sampling();
   request.stop = g.stops;
   request.ignore_eos = g.ignore_eos;
+  request.thinking_budget = g.thinking_budget;
+  request.thinking_budget_message = g.thinking_budget_message;
   request.decode_text = !a.print_ids;
   request.steering = g.steering->load(*model);
   std::unique_ptr<CompressionTrace> trace;

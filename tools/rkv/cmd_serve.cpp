@@ -69,6 +69,8 @@ void run(const Args& a) {
   defaults.seeded = g.seed >= 0;
   defaults.compression = g.kv->params();  // invalid --kv-* settings fail here, before loading
   defaults.reasoning_inline = a.reasoning_format == "none";
+  defaults.thinking_budget = g.thinking_budget;
+  defaults.thinking_budget_message = g.thinking_budget_message;
   EngineOptions engine_options;
   engine_options.kv_memory_bytes =
       a.kv_memory == "none" || a.kv_memory.empty() ? 0 : parse_byte_size(a.kv_memory);

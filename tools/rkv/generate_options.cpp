@@ -40,6 +40,13 @@ void add_generate_options(CLI::App& app, const std::shared_ptr<GenerateFlags>& f
   add_flag_option(app, "--repeat-penalty,--repetition-penalty", f.repeat_penalty,
                   "Divide the positive logits of every token of the prompt and the output so far "
                   "by this and multiply the negative ones (Hugging Face's; 1: off)");
+  add_flag_option(app, "--thinking-budget", f.thinking_budget,
+                  "Close the chain of thought after this many of its tokens (writing "
+                  "--thinking-budget-message, then </think>) and let the answer follow (-1: none)")
+      ->check(at_least(-1));
+  add_flag_option(app, "--thinking-budget-message", f.thinking_budget_message,
+                  "Text written before </think> when the thinking budget is spent (e.g. \"Time "
+                  "to answer.\")");
   add_flag_option(app, "-s,--seed", f.seed,
                   "Random seed; the same seed gives the same output (-1: random)");
   app.add_option("--stop", f.stops,

@@ -23,6 +23,8 @@ struct GenerateFlags {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   float repeat_penalty = 1.0f;
+  int thinking_budget = -1;
+  std::string thinking_budget_message;
   long long seed = -1;
   std::vector<std::string> stops;
   bool ignore_eos = false;
