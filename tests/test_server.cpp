@@ -432,9 +432,9 @@ TEST_F(ServerTest, LogitBiasReachesTheSampler) {
   engine.stop();
 }
 
-// logprobs in OpenAI's two shapes (non-streaming): chat's content list and completions' legacy
-// object. Greedy, so each chosen token is the most likely one; the tokens' texts join into the
-// text; a stream asking for them is refused.
+// logprobs in OpenAI's two shapes: chat's content list and completions' legacy object, whole and
+// streamed. Greedy, so each chosen token is the most likely one; the tokens' texts join into the
+// text; a stream carries the same entries, chunk by chunk.
 TEST_F(ServerTest, LogprobsInBothShapes) {
   ServerOptions o;
   o.port = 0;
@@ -453,7 +453,7 @@ TEST_F(ServerTest, LogprobsInBothShapes) {
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   json out = json::parse(res->body);
-  const json& content = out["choices"][0]["logprobs"]["content"];
+  const json content = out["choices"][0]["logprobs"]["content"];  // a copy: out is reused
   ASSERT_EQ(content.size(), out["usage"]["completion_tokens"].get<std::size_t>());
   for (const json& t : content) {
     ASSERT_EQ(t["top_logprobs"].size(), 2u);
@@ -471,7 +471,7 @@ TEST_F(ServerTest, LogprobsInBothShapes) {
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   out = json::parse(res->body);
-  const json& lp = out["choices"][0]["logprobs"];
+  const json lp = out["choices"][0]["logprobs"];
   std::string joined;
   for (std::size_t i = 0; i < lp["tokens"].size(); ++i) {
     EXPECT_EQ(lp["text_offset"][i].get<std::size_t>(), joined.size());
@@ -485,11 +485,37 @@ TEST_F(ServerTest, LogprobsInBothShapes) {
   res = client.Post("/v1/completions", completion.dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_TRUE(json::parse(res->body)["choices"][0]["logprobs"].is_null());
+  // Streamed: each token's entry rides on a chunk, the same entries as without streaming.
   chat["stream"] = true;
   res = client.Post("/v1/chat/completions", chat.dump(), "application/json");
   ASSERT_TRUE(res);
-  EXPECT_EQ(res->status, 400);
-  EXPECT_EQ(json::parse(res->body)["error"]["param"], "logprobs");
+  ASSERT_EQ(res->status, 200) << res->body;
+  json streamed_content = json::array();
+  for (const std::string& e : sse_events(res->body)) {
+    if (e == "[DONE]") continue;
+    const json chunk = json::parse(e);
+    const json& choice = chunk["choices"][0];
+    if (choice.contains("logprobs") && !choice["logprobs"].is_null())
+      for (const json& t : choice["logprobs"]["content"]) streamed_content.push_back(t);
+  }
+  EXPECT_EQ(streamed_content, content);
+  completion["stream"] = true;
+  completion["logprobs"] = 1;
+  res = client.Post("/v1/completions", completion.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json tokens = json::array(), offsets = json::array();
+  for (const std::string& e : sse_events(res->body)) {
+    if (e == "[DONE]") continue;
+    const json chunk = json::parse(e);
+    const json& choice = chunk["choices"][0];
+    if (!choice["logprobs"].is_null()) {
+      for (const json& t : choice["logprobs"]["tokens"]) tokens.push_back(t);
+      for (const json& at : choice["logprobs"]["text_offset"]) offsets.push_back(at);
+    }
+  }
+  EXPECT_EQ(tokens, lp["tokens"]);
+  EXPECT_EQ(offsets, lp["text_offset"]);
   engine.stop();
 }
 

@@ -132,6 +132,7 @@ struct TokenEvent {
   std::uint64_t id = 0;
   int token = -1;         // -1: text released when generation ended, with no new token
   std::string_view text;  // the text this token completes (held back near stop strings)
+  const TokenLogprob* logprob = nullptr;  // Request::logprobs >= 0: this token's
 };
 
 struct Completion {

@@ -240,6 +240,7 @@ void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
       logprob->token = token;
       logprob->logprob = logprob_scratch_[static_cast<std::size_t>(token)];
       s.logprobs.push_back(std::move(*logprob));
+      if (s.hooks.on_logprob) s.hooks.on_logprob(s.logprobs.back());
     }
     if (s.hooks.on_token && !s.hooks.on_token(token)) {
       s.finish("stopped");

@@ -29,6 +29,7 @@ struct Engine::Active {
   int reasoning_tokens = 0;
   bool cancel_requested = false;
   std::string callback_error;  // the submitter's on_token threw: the request ends with this
+  std::optional<TokenLogprob> last_logprob;  // the token on_token is about to report
 };
 
 Engine::Engine(const Model& model, const Tokenizer* tokenizer, ThreadPool& pool,
@@ -338,6 +339,8 @@ void Engine::drain_inbox() {
     const int think_start = vocab_->think_start_id;
     const int think_end = vocab_->compression.think_end_id;
     SequenceHooks hooks;
+    if (a->prepared.request.logprobs >= 0)
+      hooks.on_logprob = [raw](const TokenLogprob& lp) { raw->last_logprob = lp; };
     hooks.on_token = [this, raw, think_start, think_end](int token) {
       {
         std::lock_guard lock(mutex_);
@@ -350,7 +353,11 @@ void Engine::drain_inbox() {
       if (raw->text) text = raw->text->push(token);
       // A submitter's callback that throws ends its own request, never the step of the others.
       try {
-        if (raw->callbacks.on_token) raw->callbacks.on_token({raw->id, token, text});
+        if (raw->callbacks.on_token) {
+          const TokenLogprob* logprob = raw->last_logprob ? &*raw->last_logprob : nullptr;
+          raw->callbacks.on_token({raw->id, token, text, logprob});
+          raw->last_logprob.reset();
+        }
       } catch (const std::exception& e) {
         raw->callback_error = std::string("the request's token callback failed: ") + e.what();
         return false;

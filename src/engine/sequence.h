@@ -21,6 +21,8 @@ namespace rkv {
 struct SequenceHooks {
   // Called with every generated token (eos excluded); returning false finishes the request.
   std::function<bool(int token)> on_token;
+  // With Request::logprobs >= 0: the token's log-probabilities, just before on_token.
+  std::function<void(const TokenLogprob&)> on_logprob;
   // After each decode step of this sequence: the token's position and the step's wall time in
   // seconds (the latency-against-position plot).
   std::function<void(int position, double seconds)> on_step_time;

@@ -351,7 +351,7 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
     r.thinking_budget_message = m->get<std::string>();
   }
   // Log-probabilities: chat takes `logprobs` (true/false) and `top_logprobs` (0-20); completions
-  // the legacy `logprobs` (the number of alternatives, 0-5). Not with stream (yet): refused.
+  // the legacy `logprobs` (the number of alternatives, 0-5).
   if (const json* lp = field(j, "logprobs"); lp != nullptr && !lp->is_null()) {
     if (chat) {
       if (!lp->is_boolean()) bad("logprobs", "'logprobs' must be true or false");
@@ -365,8 +365,7 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
   } else if (const json* top = field(j, "top_logprobs"); top != nullptr && !top->is_null()) {
     bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   }
-  if (r.logprobs >= 0 && out.stream)
-    bad("logprobs", "'logprobs' is not supported with 'stream' by this server yet");
+
   r.sampling.presence_penalty =
       static_cast<float>(get_number(j, "presence_penalty", r.sampling.presence_penalty, -2.0, 2.0));
   r.sampling.frequency_penalty = static_cast<float>(
@@ -439,8 +438,8 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
   return out;
 }
 
-json logprobs_body(const Completion& c, const Tokenizer& tokenizer, bool chat, int requested) {
-  if (requested < 0) return nullptr;
+json logprobs_body(std::span<const TokenLogprob> logprobs, const Tokenizer& tokenizer, bool chat,
+                   std::size_t text_offset) {
   const auto text_of = [&](int id) { return tokenizer.decode({id}); };
   const auto bytes_of = [&](int id) {
     json bytes = json::array();
@@ -449,7 +448,7 @@ json logprobs_body(const Completion& c, const Tokenizer& tokenizer, bool chat, i
   };
   if (chat) {
     json content = json::array();
-    for (const TokenLogprob& t : c.logprobs) {
+    for (const TokenLogprob& t : logprobs) {
       json top = json::array();
       for (const auto& [id, lp] : t.top)
         top.push_back({{"token", text_of(id)}, {"logprob", lp}, {"bytes", bytes_of(id)}});
@@ -462,8 +461,8 @@ json logprobs_body(const Completion& c, const Tokenizer& tokenizer, bool chat, i
   }
   json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
        offsets = json::array();
-  std::size_t offset = 0;
-  for (const TokenLogprob& t : c.logprobs) {
+  std::size_t offset = text_offset;
+  for (const TokenLogprob& t : logprobs) {
     const std::string text = text_of(t.token);
     tokens.push_back(text);
     token_logprobs.push_back(t.logprob);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -80,9 +81,9 @@ nlohmann::json kv_report(const std::vector<Completion>& choices);
 // [{"token", "logprob", "bytes", "top_logprobs": [...]}, ...]}, or completions' {"tokens",
 // "token_logprobs", "top_logprobs", "text_offset"}. Token texts are the tokenizer's, decoded on
 // their own (U+FFFD for a token that is part of a character; `bytes` has its raw bytes).
-// `requested`: the request's Request::logprobs (-1: none, null).
-nlohmann::json logprobs_body(const Completion& c, const Tokenizer& tokenizer, bool chat,
-                             int requested);
+// `text_offset`: where the first token's text starts in the choice's text (completions).
+nlohmann::json logprobs_body(std::span<const TokenLogprob> logprobs, const Tokenizer& tokenizer,
+                             bool chat, std::size_t text_offset = 0);
 
 // usage: prompt, completion and reasoning tokens over the choices (the prompt counted once).
 nlohmann::json usage_body(const std::vector<Completion>& choices);

@@ -73,6 +73,7 @@ struct Channel {
     int choice = 0;
     std::string text;
     bool done = false;
+    std::optional<TokenLogprob> logprob;  // the token's, when the request asked for them
   };
   std::mutex mutex;
   std::condition_variable cv;
@@ -506,9 +507,11 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
     RequestCallbacks cb;
     cb.on_token = [channel, i, trace](const TokenEvent& e) {
       if (trace && e.token >= 0) trace->trace->token(e.token);
-      if (e.text.empty()) return;
+      if (e.text.empty() && e.logprob == nullptr) return;
       std::lock_guard lock(channel->mutex);
-      channel->events.push_back({i, std::string(e.text), false});
+      channel->events.push_back(
+          {i, std::string(e.text), false,
+           e.logprob ? std::optional<TokenLogprob>(*e.logprob) : std::nullopt});
       channel->cv.notify_all();
     };
     cb.on_done = [channel, i, trace](const Completion& c) {
@@ -519,7 +522,7 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
       }
       std::lock_guard lock(channel->mutex);
       channel->completions[static_cast<std::size_t>(i)] = c;
-      channel->events.push_back({i, {}, true});
+      channel->events.push_back({i, {}, true, std::nullopt});
       ++channel->done;
       channel->cv.notify_all();
     };
@@ -546,7 +549,7 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
   // Requests are prepared with the tokenizer (decode_text), so it is there when logprobs are.
   auto logprobs_of = [logprobs, tokenizer, chat](const Completion& c) -> json {
     if (logprobs < 0 || tokenizer == nullptr) return nullptr;
-    return logprobs_body(c, *tokenizer, chat, logprobs);
+    return logprobs_body(c.logprobs, *tokenizer, chat);
   };
 
   if (!parsed.stream) {
@@ -655,6 +658,7 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
       };
       std::vector<ReasoningSplitter> splitters(static_cast<std::size_t>(n),
                                                ReasoningSplitter(starts_in_reasoning));
+      std::vector<std::size_t> offsets(static_cast<std::size_t>(n), 0);  // completions' text_offset
       auto send_text = [&](int i, const ReasoningSplitter::Delta& d) {
         if (!d.reasoning.empty() && !send(reasoning_chunk(i, d.reasoning))) return false;
         if (!d.content.empty() && !send(delta_chunk(i, "content", d.content))) return false;
@@ -686,6 +690,25 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
         for (const auto& e : events) {
           if (!ok) break;
           const auto i = static_cast<std::size_t>(e.choice);
+          if (!e.done && e.logprob && tokenizer != nullptr) {
+            // The token's log-probabilities ride on the chunk of its text (its content part in
+            // chat; an empty one while its text is held back near a stop string).
+            const json lp = logprobs_body({&*e.logprob, 1}, *tokenizer, chat, offsets[i]);
+            if (!chat) offsets[i] += lp["tokens"][0].get<std::string>().size();
+            std::string content = e.text;
+            if (split) {
+              const ReasoningSplitter::Delta d = splitters[i].push(e.text);
+              if (!d.reasoning.empty() && !send(reasoning_chunk(e.choice, d.reasoning))) {
+                ok = false;
+                continue;
+              }
+              content = d.content;
+            }
+            json chunk = delta_chunk(e.choice, "content", content);
+            chunk["choices"][0]["logprobs"] = lp;
+            ok = send(chunk);
+            continue;
+          }
           if (!e.done) {
             ok = split ? send_text(e.choice, splitters[i].push(e.text))
                        : send(delta_chunk(e.choice, "content", e.text));
