@@ -254,6 +254,12 @@ TEST(OpenAiRequest, EveryInvalidBodyIsA400NamingTheField) {
   EXPECT_EQ(parse(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false})")
                 .request.logprobs,
             -1);
+  // The neutral values clients send by default ask for none.
+  EXPECT_EQ(
+      parse(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 0})").request.logprobs,
+      -1);
+  EXPECT_EQ(parse(R"({"prompt": "x", "logprobs": false})", false).request.logprobs, -1);
+  EXPECT_EQ(parse(R"({"prompt": "x", "logprobs": null})", false).request.logprobs, -1);
   EXPECT_EQ(refusal(R"({"prompt": "x", "echo": true})", false).second, "echo");
   EXPECT_EQ(refusal(R"({"prompt": "x", "suffix": "y"})", false).second, "suffix");
   EXPECT_EQ(refusal(R"({"prompt": "x", "best_of": 2})", false).second, "best_of");

@@ -352,7 +352,11 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
   }
   // Log-probabilities: chat takes `logprobs` (true/false) and `top_logprobs` (0-20); completions
   // the legacy `logprobs` (the number of alternatives, 0-5).
-  if (const json* lp = field(j, "logprobs"); lp != nullptr && !lp->is_null()) {
+  // false (and, for chat, 0) ask for none, as clients that send a neutral value mean.
+  const json* lp_field = field(j, "logprobs");
+  const bool lp_none = lp_field == nullptr || lp_field->is_null() || *lp_field == json(false) ||
+                       (chat && *lp_field == json(0));
+  if (const json* lp = lp_field; !lp_none) {
     if (chat) {
       if (!lp->is_boolean()) bad("logprobs", "'logprobs' must be true or false");
       const json* top = field(j, "top_logprobs");
@@ -362,7 +366,8 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
     } else {
       r.logprobs = static_cast<int>(get_int(j, "logprobs", 0, 0, 5));
     }
-  } else if (const json* top = field(j, "top_logprobs"); top != nullptr && !top->is_null()) {
+  } else if (const json* top = field(j, "top_logprobs");
+             top != nullptr && !top->is_null() && *top != json(0)) {
     bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   }
 
