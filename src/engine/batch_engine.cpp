@@ -89,6 +89,7 @@ void BatchEngine::retire(Sequence& s) {
   result.id = s.id;
   result.tokens = std::move(s.generated);
   result.logprobs = std::move(s.logprobs);
+  result.reasoning_tokens = s.reasoning_tokens;
   result.stop_reason = s.stop_reason;
   result.error = s.error;
   result.prompt_tokens = s.prompt_size();
@@ -229,11 +230,14 @@ void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
       continue;
     }
     s.generated.push_back(token);
-    if (token == s.request.think_start_id && s.request.think_start_id >= 0) {
-      s.thinking = true;
-    } else if (token == s.request.think_end_id && s.request.think_end_id >= 0) {
+    // The chain of thought: reasoning_tokens counts it up to and including </think>, the
+    // thinking budget its tokens between the markers. (An absent marker's id is -1.)
+    const bool opens = token == s.request.think_start_id;
+    if (opens) s.thinking = true;
+    if (s.thinking) ++s.reasoning_tokens;
+    if (token == s.request.think_end_id) {
       s.thinking = false;
-    } else if (s.thinking) {
+    } else if (s.thinking && !opens) {
       ++s.thought_tokens;
     }
     if (logprob) {

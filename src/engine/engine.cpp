@@ -25,8 +25,6 @@ struct Engine::Active {
   PreparedRequest prepared;
   RequestCallbacks callbacks;
   std::unique_ptr<TextStream> text;
-  bool in_reasoning = false;
-  int reasoning_tokens = 0;
   bool cancel_requested = false;
   std::string callback_error;  // the submitter's on_token threw: the request ends with this
   std::optional<TokenLogprob> last_logprob;  // the token on_token is about to report
@@ -246,7 +244,6 @@ std::uint64_t Engine::submit(PreparedRequest request, RequestCallbacks callbacks
   auto a = std::make_unique<Active>();
   a->prepared = std::move(request);
   a->callbacks = std::move(callbacks);
-  a->in_reasoning = a->prepared.starts_in_reasoning;
   if (a->prepared.request.decode_text || !a->prepared.request.stop.empty()) {
     if (tokenizer_ == nullptr) throw Error("text output needs a tokenizer");
     a->text = std::make_unique<TextStream>(*tokenizer_, a->prepared.request.stop);
@@ -278,7 +275,6 @@ void Engine::cancel(std::uint64_t id) {
 
 void Engine::complete(Active& a, Completion c) {
   c.id = a.id;
-  c.reasoning_tokens = a.reasoning_tokens;
   c.compression = a.prepared.request.compression;
   if (a.prepared.request.kv_dtype) c.kv_dtype = *a.prepared.request.kv_dtype;
   if (a.text) {
@@ -336,19 +332,14 @@ void Engine::drain_inbox() {
       continue;
     }
     Active* raw = a.get();
-    const int think_start = vocab_->think_start_id;
-    const int think_end = vocab_->compression.think_end_id;
     SequenceHooks hooks;
     if (a->prepared.request.logprobs >= 0)
       hooks.on_logprob = [raw](const TokenLogprob& lp) { raw->last_logprob = lp; };
-    hooks.on_token = [this, raw, think_start, think_end](int token) {
+    hooks.on_token = [this, raw](int token) {
       {
         std::lock_guard lock(mutex_);
         ++stats_.generated_tokens;
       }
-      if (token == think_start && think_start >= 0) raw->in_reasoning = true;
-      if (raw->in_reasoning) ++raw->reasoning_tokens;
-      if (token == think_end && think_end >= 0) raw->in_reasoning = false;
       std::string text;
       if (raw->text) text = raw->text->push(token);
       // A submitter's callback that throws ends its own request, never the step of the others.
@@ -396,6 +387,7 @@ bool Engine::step() {
     Completion c;
     c.tokens = std::move(r.tokens);
     c.logprobs = std::move(r.logprobs);
+    c.reasoning_tokens = r.reasoning_tokens;
     c.stop_reason = r.stop_reason == "stopped" ? "stop" : r.stop_reason;
     c.error = std::move(r.error);
     if (!a->callback_error.empty()) {

@@ -33,6 +33,7 @@ struct BatchResult {
   std::uint64_t id = 0;
   std::vector<int> tokens;
   std::vector<TokenLogprob> logprobs;  // Request::logprobs >= 0: one per sampled token
+  int reasoning_tokens = 0;            // generated tokens up to and including </think>
   std::string stop_reason;             // "eos", "length", "stopped", "cancelled", "error"
   std::string error;  // "error": what failed (the forward pass that carried the sequence)
   int prompt_tokens = 0;
@@ -58,9 +59,11 @@ struct Sequence {
   int next_token = -1;  // sampled and not yet fed to the model
   std::vector<int> generated;
   std::vector<TokenLogprob> logprobs;  // Request::logprobs >= 0
-  // Request::thinking_budget: inside a thought, its tokens so far, and the closing tokens still to
-  // write instead of sampling (once the budget is spent).
+  // Inside a thought (<think> opened, by the prompt or the output), the generated tokens of the
+  // chain of thought (markers included), and for Request::thinking_budget its tokens between the
+  // markers so far and the closing tokens still to write instead of sampling.
   bool thinking = false;
+  int reasoning_tokens = 0;
   int thought_tokens = 0;
   bool thought_closed = false;
   std::deque<int> forced;
