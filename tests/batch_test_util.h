@@ -12,6 +12,18 @@
 
 namespace rkv::test {
 
+// A greedy request of token ids in and out: prompt_len ids that differ with `seed`, max_new
+// tokens, eos ignored (so every run generates exactly max_new), no compression.
+inline Request greedy_ids_request(int prompt_len, int max_new, int seed) {
+  Request r;
+  for (int i = 0; i < prompt_len; ++i) r.prompt_ids.push_back(3 + (i * 31 + seed * 97) % 500);
+  r.decode_text = false;
+  r.max_new_tokens = max_new;
+  r.sampling.temperature = 0.0f;
+  r.ignore_eos = true;
+  return r;
+}
+
 // `r` (token ids in prompt_ids) as Engine::prepare leaves it for a model without a tokenizer:
 // the model's eos ids, max_new_tokens clipped to the context, the KV dtype resolved and the slot
 // sized by KvMemory. The settings are not validated here: the tests give valid ones.

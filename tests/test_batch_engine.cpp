@@ -3,6 +3,7 @@
 // that can never fit is rejected without disturbing the others.
 #include <gtest/gtest.h>
 
+#include "batch_test_util.h"
 #include "core/error.h"
 #include "engine/batch_engine.h"
 #include "engine/generator.h"
@@ -21,12 +22,7 @@ struct Spec {
 };
 
 Request make_request(const Spec& spec, int seed) {
-  Request r;
-  for (int i = 0; i < spec.prompt_len; ++i) r.prompt_ids.push_back(3 + (i * 31 + seed * 97) % 500);
-  r.decode_text = false;
-  r.max_new_tokens = spec.max_new;
-  r.sampling.temperature = 0.0f;
-  r.ignore_eos = true;
+  Request r = test::greedy_ids_request(spec.prompt_len, spec.max_new, seed);
   r.compression = CompressionParams::defaults(parse_method(spec.method));
   if (spec.method != "fullkv") {
     r.compression.budget = spec.budget;

@@ -18,7 +18,6 @@
 #include "core/thread_pool.h"
 #include "engine/batch_engine.h"
 #include "model/model.h"
-#include "model/random_checkpoint.h"
 #include "rkv/engine.h"
 #include "rkv/error.h"
 #include "rkv/tokenizer.h"
@@ -164,11 +163,7 @@ TEST_F(EngineTest, LogprobsAreTheLogSoftmaxOfTheModelsLogits) {
 // the closing tokens land, not what the model says.
 TEST(ThinkingBudget, ClosesTheThoughtAfterNTokensAndTheAnswerFollows) {
   test::TempDir dir("thinking-budget");
-  RandomCheckpointOptions shape;
-  shape.shape = "tiny-r1";
-  shape.dtype = DType::F32;
-  shape.seed = 3;
-  write_random_checkpoint(dir.path(), shape);
+  test::write_r1_checkpoint(dir.path());
   auto model = Model::load(dir.path());
   const Tokenizer tokenizer = Tokenizer::load(dir.path());
   ThreadPool pool(2);

@@ -201,8 +201,9 @@ TEST(CompressionRegistry, DocsTableIsTheRegistry) {
 TEST(CompressionRegistry, MethodFlagHelpListsTheRegistry) {
   const auto table = rkv::compression_param_table();
   ASSERT_EQ(table.front().name, "method");
-  EXPECT_EQ(table.front().help,
-            "compression method: fullkv|streamingllm|h2o|snapkv|rkv|gkv|skipkv|random|triattention");
+  EXPECT_EQ(
+      table.front().help,
+      "compression method: fullkv|streamingllm|h2o|snapkv|rkv|gkv|skipkv|random|triattention");
 }
 
 // Outside src/compress and include/rkv/compression.h no source names a method: everything else

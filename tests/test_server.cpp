@@ -63,6 +63,24 @@ class ServerTest : public test::ShippedModelTest {
       b["kv"] = {{"method", "fullkv"}};
     return b;
   }
+
+  // A server on a free port serving `engine` (started here), which must outlive it.
+  static std::unique_ptr<Running> serve(Engine& engine) {
+    ServerOptions o;
+    o.port = 0;
+    auto r = std::make_unique<Running>(o);
+    engine.start();
+    r->server().set_engine(&engine, "tiny", {});
+    return r;
+  }
+
+  // What `request` gives on an engine of its own over the shipped model.
+  Completion alone(const Request& request, EngineOptions options = {}) {
+    Engine solo(*model_, tokenizer_.get(), pool_, std::move(options));
+    solo.submit(solo.prepare(request));
+    solo.run_until_idle();
+    return solo.take_completions().at(0);
+  }
 };
 
 // The events of an SSE body; fails the test on anything but `data: ...` events and comments.
@@ -339,8 +357,6 @@ TEST_F(ServerTest, HostileRequestsGetA400NamingTheFieldAndTheServerGoesOn) {
 // query_stats.safetensors); an engine without them answers 400 with param kv naming the command
 // that computes them, and a prompt the budget cannot hold whole is a 400 too.
 TEST_F(ServerTest, TriAttentionUsesTheEnginesQueryStats) {
-  ServerOptions o;
-  o.port = 0;
   Engine bare(*model_, tokenizer_.get(), pool_);
   EngineOptions eo;
   eo.query_stats =
@@ -350,10 +366,8 @@ TEST_F(ServerTest, TriAttentionUsesTheEnginesQueryStats) {
   json b = {{"prompt", question}, {"max_tokens", 300}, {"temperature", 0}};
   b["kv"] = {{"method", "triattention"}, {"budget", 128}, {"buffer", 16}, {"selection", "union"}};
   {
-    Running r(o);
-    bare.start();
-    r.server().set_engine(&bare, "tiny", {});
-    auto res = r.client().Post("/v1/completions", b.dump(), "application/json");
+    const auto r = serve(bare);
+    auto res = r->client().Post("/v1/completions", b.dump(), "application/json");
     ASSERT_TRUE(res);
     EXPECT_EQ(res->status, 400) << res->body;
     const json err = json::parse(res->body)["error"];
@@ -361,10 +375,8 @@ TEST_F(ServerTest, TriAttentionUsesTheEnginesQueryStats) {
     EXPECT_NE(err["message"].get<std::string>().find("rkv calibrate"), std::string::npos);
     bare.stop();
   }
-  Running r(o);
-  engine.start();
-  r.server().set_engine(&engine, "tiny", {});
-  auto client = r.client();
+  const auto r = serve(engine);
+  auto client = r->client();
   auto res = client.Post("/v1/completions", b.dump(), "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
@@ -378,12 +390,7 @@ TEST_F(ServerTest, TriAttentionUsesTheEnginesQueryStats) {
   q.sampling.temperature = 0;
   q.compression = parse_kv_object(b["kv"], CompressionParams::defaults(Method::fullkv));
   EXPECT_EQ(q.compression.selection, TriSelection::union_all);
-  {
-    Engine solo(*model_, tokenizer_.get(), pool_, eo);
-    solo.submit(solo.prepare(q));
-    solo.run_until_idle();
-    EXPECT_EQ(out["choices"][0]["text"], solo.take_completions().at(0).text);
-  }
+  EXPECT_EQ(out["choices"][0]["text"], alone(q, eo).text);
   b["kv"]["budget"] = 8;  // the prompt is longer
   auto small = client.Post("/v1/completions", b.dump(), "application/json");
   ASSERT_TRUE(small);
@@ -395,13 +402,9 @@ TEST_F(ServerTest, TriAttentionUsesTheEnginesQueryStats) {
 // logit_bias through the engine: +100 on one token makes greedy decoding repeat it, -100 on the
 // token greedy decoding picks first makes it pick another.
 TEST_F(ServerTest, LogitBiasReachesTheSampler) {
-  ServerOptions o;
-  o.port = 0;
   Engine engine(*model_, tokenizer_.get(), pool_);
-  Running r(o);
-  engine.start();
-  r.server().set_engine(&engine, "tiny", {});
-  auto client = r.client();
+  const auto r = serve(engine);
+  auto client = r->client();
   const auto complete = [&](const json& bias) {
     json b = {{"prompt", {5, 6, 7}}, {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true}};
     if (!bias.is_null()) b["logit_bias"] = bias;
@@ -418,13 +421,7 @@ TEST_F(ServerTest, LogitBiasReachesTheSampler) {
   q.max_new_tokens = 1;
   q.sampling.temperature = 0;
   q.ignore_eos = true;
-  int first = -1;
-  {
-    Engine solo(*model_, tokenizer_.get(), pool_);
-    solo.submit(solo.prepare(q));
-    solo.run_until_idle();
-    first = solo.take_completions().at(0).tokens.at(0);
-  }
+  const int first = alone(q).tokens.at(0);
   const std::string banned = complete({{std::to_string(first), -100}});
   EXPECT_NE(banned, plain);
   EXPECT_NE(banned.rfind(tokenizer_->decode(std::vector<std::int32_t>{first}, true), 0), 0u)
@@ -436,13 +433,9 @@ TEST_F(ServerTest, LogitBiasReachesTheSampler) {
 // streamed. Greedy, so each chosen token is the most likely one; the tokens' texts join into the
 // text; a stream carries the same entries, chunk by chunk.
 TEST_F(ServerTest, LogprobsInBothShapes) {
-  ServerOptions o;
-  o.port = 0;
   Engine engine(*model_, tokenizer_.get(), pool_);
-  Running r(o);
-  engine.start();
-  r.server().set_engine(&engine, "tiny", {});
-  auto client = r.client();
+  const auto r = serve(engine);
+  auto client = r->client();
   const std::string question = test::held_out_problems(1).at(0);
   json chat = {{"messages", {{{"role", "user"}, {"content", question}}}},
                {"max_tokens", 6},
@@ -604,11 +597,7 @@ TEST(ServerReasoning, TheChainOfThoughtGoesToReasoningContent) {
   // A model with DeepSeek-R1's template: the prompt opens <think>, so its output is reasoning
   // until </think>; random weights rarely write </think>, and the split follows either way.
   test::TempDir dir("r1");
-  RandomCheckpointOptions shape;
-  shape.shape = "tiny-r1";
-  shape.dtype = DType::F32;
-  shape.seed = 3;
-  write_random_checkpoint(dir.path(), shape);
+  test::write_r1_checkpoint(dir.path());
   auto model = Model::load(dir.path());
   const Tokenizer tokenizer = Tokenizer::load(dir.path());
   ThreadPool pool(2);

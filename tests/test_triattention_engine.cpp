@@ -118,12 +118,7 @@ class TriAttentionEngine : public ::testing::Test {
   }
 
   Request request(const std::string& method, int prompt_len, int max_new, int seed) const {
-    Request r;
-    for (int i = 0; i < prompt_len; ++i) r.prompt_ids.push_back(3 + (i * 31 + seed * 97) % 500);
-    r.decode_text = false;
-    r.max_new_tokens = max_new;
-    r.sampling.temperature = 0.0f;
-    r.ignore_eos = true;
+    Request r = test::greedy_ids_request(prompt_len, max_new, seed);
     r.compression = CompressionParams::defaults(method);
     return r;
   }

@@ -87,6 +87,16 @@ inline const std::filesystem::path& self_made_model() {
   return made.dir;
 }
 
+// A random-weight checkpoint with DeepSeek-R1's chat template (the `tiny-r1` shape, f32, seed
+// 3) written into `dir`: its prompts open <think>, and its random weights rarely write </think>.
+inline void write_r1_checkpoint(const std::filesystem::path& dir) {
+  rkv::RandomCheckpointOptions o;
+  o.shape = "tiny-r1";
+  o.dtype = rkv::DType::F32;
+  o.seed = 3;
+  rkv::write_random_checkpoint(dir, o);
+}
+
 // The repository: where it was built, or $RKV_SOURCE_DIR (the GPU tests run from a copy of the
 // working tree on another machine: scripts/gpu-check.sh).
 inline std::filesystem::path source_dir() {
