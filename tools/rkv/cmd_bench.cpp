@@ -218,7 +218,7 @@ void run(const Args& a) {
   std::fprintf(stderr, "%s", table.c_str());
   BatchEngineOptions engine_options;
   engine_options.kv_memory_bytes = cap;
-  engine_options.query_stats = a.kv->load_query_stats(a.model, *model);
+  engine_options.query_stats = a.kv->load_query_stats(a.model, *model, needs_query_stats(methods));
   // Requests are prepared (validated, their slots sized) by an Engine without a cap, so that a
   // request whose slot exceeds the cap is reported and skipped here rather than refused; the
   // runs step a BatchEngine of their own, which holds the cap, to time its steps and read its

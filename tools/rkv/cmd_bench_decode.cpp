@@ -83,7 +83,8 @@ void setup(CLI::App& app) {
                             args->device, needs);
     const ModelConfig& c = model->config();
     const KvDtype kv_dtype = kv_dtype_flag.value_or(model->default_kv_dtype());
-    const auto query_stats = args->kv->load_query_stats(args->model, *model);
+    const auto query_stats =
+        args->kv->load_query_stats(args->model, *model, kv_params.info().needs.query_stats);
     if (kv_params.info().needs.query_stats && !query_stats)
       throw Error("kv method " + std::string(method_name(kv_params.method)) +
                   " needs the model's query statistics: run `rkv calibrate` (docs/USAGE.md) or "

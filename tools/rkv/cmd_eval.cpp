@@ -81,7 +81,7 @@ void run(const Args& a) {
   auto model = load_model(a.model, a.matmul_precision, a.attention_precision, a.device, needs);
   const Tokenizer tokenizer = Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer);
   o.steering = a.steering->load(*model);
-  o.query_stats = a.kv->load_query_stats(a.model, *model);
+  o.query_stats = a.kv->load_query_stats(a.model, *model, needs_query_stats(o.methods));
   ThreadPool pool(a.threads);
   std::fprintf(
       stderr, "[eval] %s: %zu problems x %d samples, methods %s, budgets %s, up to %d new tokens\n",

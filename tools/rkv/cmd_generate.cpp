@@ -105,7 +105,8 @@ void run(const Args& a) {
   engine_options.prefill_chunk = 512;
   apply_chat_template_options(engine_options, g.chat_template, g.chat_template_file);
   engine_options.kv_dtype = g.kv->kv_dtype();
-  engine_options.query_stats = g.kv->load_query_stats(a.model, *model);
+  engine_options.query_stats =
+      g.kv->load_query_stats(a.model, *model, request.compression.info().needs.query_stats);
   Engine engine(*model, tokenizer.get(), pool, engine_options);
   const std::uint64_t seed = request.sampling.seed;
   PreparedRequest prepared = engine.prepare(std::move(request));

@@ -185,7 +185,8 @@ void run(const Args& a) {
         std::make_unique<Tokenizer>(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
     defaults.steering = g.steering->load(*model);
     pool = std::make_unique<ThreadPool>(a.threads);
-    engine_options.query_stats = g.kv->load_query_stats(a.model, *model);
+    // Any request may ask for triattention: the statistics are loaded whenever they are there.
+    engine_options.query_stats = g.kv->load_query_stats(a.model, *model, true);
     engine = std::make_unique<Engine>(*model, tokenizer.get(), *pool, engine_options);
     // The defaults must make a valid request on their own.
     Request probe;

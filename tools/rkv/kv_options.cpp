@@ -20,12 +20,20 @@ std::optional<KvDtype> KvOptions::kv_dtype() const {
 }
 
 std::shared_ptr<const QueryStats> KvOptions::load_query_stats(const std::string& model_path,
-                                                              const Model& model) const {
+                                                              const Model& model,
+                                                              bool needed) const {
   if (!query_stats.empty()) return rkv::load_query_stats(query_stats, model);
+  if (!needed) return nullptr;
   const std::string fallback = default_query_stats_path(model_path);
   std::error_code ec;
   if (!std::filesystem::is_regular_file(fallback, ec)) return nullptr;
   return rkv::load_query_stats(fallback, model);
+}
+
+bool needs_query_stats(const std::vector<std::string>& methods) {
+  for (const auto& m : methods)
+    if (method_info(m).needs.query_stats) return true;
+  return false;
 }
 
 void add_kv_dtype_option(CLI::App& app, std::string& dtype) {

@@ -23,11 +23,15 @@ struct KvOptions {
   CompressionParams params(const std::string& default_method = "fullkv") const;
   // --kv-dtype, or nothing when not given (the engine then picks the model's default).
   std::optional<KvDtype> kv_dtype() const;
-  // The model's TriAttention statistics: --query-stats, else default_query_stats_path(model_path)
-  // when that file exists (null when not). Throws rkv::Error for a named file that does not load.
+  // The model's TriAttention statistics: --query-stats, else, when `needed` (a method the run
+  // uses reads them), default_query_stats_path(model_path) if that file exists; null otherwise.
+  // Throws rkv::Error for a file that does not load.
   std::shared_ptr<const QueryStats> load_query_stats(const std::string& model_path,
-                                                     const Model& model) const;
+                                                     const Model& model, bool needed) const;
 };
+
+// Whether any of these methods (by name) reads the model's query statistics.
+bool needs_query_stats(const std::vector<std::string>& methods);
 
 // Adds --kv-method, --kv-budget, ... (each also read from RKV_ARG_KV_METHOD, ...),
 // --kv-dtype and --query-stats.
