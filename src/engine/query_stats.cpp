@@ -81,30 +81,25 @@ class QueryMoments {
     // The whole sequence stays in the cache (later chunks attend to it); the ring holds one
     // chunk's queries, read after each pass. f32 keeps the keys as the forward pass made them.
     KvCache cache(model_.cache_shape(n, chunk, KvDtype::f32));
-    const std::vector<float>& inv_freq = model_.rope_frequencies();
     for (int begin = 0; begin < n; begin += chunk) {
       const int m = std::min(chunk, n - begin);
       rows_.clear();
       for (int i = 0; i < m; ++i) rows_.push_back({&cache, tokens[begin + i], begin + i, false});
       model_.forward(rows_, scratch_, pool_, nullptr);
 
-      // The rotation the CPU pass applied to each row (model_forward.cpp, CpuOps::begin): the
-      // angle float32(position) * inv_freq in float32, its cosine and sine rounded to float32.
-      // Inverting with those same values (divided by cos^2 + sin^2, which float rounding leaves
-      // a few 1e-8 off 1) gives back the pre-RoPE query to float32 rounding.
+      // The rotation the CPU pass applied to each row (Model::rope_rotation). Inverting with
+      // those same values (divided by cos^2 + sin^2, which float rounding leaves a few 1e-8 off
+      // 1) gives back the pre-RoPE query to float32 rounding.
       cos_.resize(static_cast<std::size_t>(m) * F);
       sin_.resize(static_cast<std::size_t>(m) * F);
       norm_.resize(static_cast<std::size_t>(m) * F);
-      for (int i = 0; i < m; ++i)
-        for (int f = 0; f < F; ++f) {
-          const float angle = static_cast<float>(begin + i) * inv_freq[static_cast<std::size_t>(f)];
-          const float cs = static_cast<float>(std::cos(static_cast<double>(angle)));
-          const float sn = static_cast<float>(std::sin(static_cast<double>(angle)));
-          const std::size_t k = static_cast<std::size_t>(i) * F + f;
-          cos_[k] = cs;
-          sin_[k] = sn;
-          norm_[k] = static_cast<double>(cs) * cs + static_cast<double>(sn) * sn;
-        }
+      for (int i = 0; i < m; ++i) {
+        const std::size_t k0 = static_cast<std::size_t>(i) * F;
+        model_.rope_rotation(begin + i, cos_.data() + k0, sin_.data() + k0);
+        for (int f = 0; f < F; ++f)
+          norm_[k0 + f] = static_cast<double>(cos_[k0 + f]) * cos_[k0 + f] +
+                          static_cast<double>(sin_[k0 + f]) * sin_[k0 + f];
+      }
 
       for (int l = 0; l < L; ++l) {
         cache.window_queries(l, ring_);  // [Hq][count][D], oldest first

@@ -104,6 +104,10 @@ class Model {
   const std::vector<float>& final_norm() const { return final_norm_; }
   // [head_dim / 2] RoPE inverse frequencies, every scaling applied (angle = position * inv_freq).
   const std::vector<float>& rope_frequencies() const { return inv_freq_; }
+  // The rotation the CPU pass applies at `position`: for each frequency pair f, the cosine and
+  // sine of the float32 angle float32(position) * inv_freq[f] (as HF computes it), each rounded to
+  // float32. cos and sin hold head_dim / 2 values. (Calibration inverts exactly these.)
+  void rope_rotation(std::int32_t position, float* cos, float* sin) const;
   // The float32 embedding of a token (throws rkv::Error for an id outside the vocabulary).
   void embed(std::int32_t token, float* out) const;
 

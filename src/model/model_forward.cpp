@@ -45,6 +45,14 @@ void add_bias(float* y, const std::vector<float>& bias, std::size_t r0, std::siz
 
 }  // namespace
 
+void Model::rope_rotation(std::int32_t position, float* cos, float* sin) const {
+  for (std::size_t f = 0; f < inv_freq_.size(); ++f) {
+    const float angle = static_cast<float>(position) * inv_freq_[f];
+    cos[f] = static_cast<float>(std::cos(static_cast<double>(angle)));
+    sin[f] = static_cast<float>(std::sin(static_cast<double>(angle)));
+  }
+}
+
 void Model::embed(std::int32_t token, float* out) const {
   if (token < 0 || token >= config_.vocab_size)
     throw Error("token id " + std::to_string(token) + " is outside the vocabulary (size " +
@@ -201,16 +209,10 @@ class CpuOps final : public ForwardOps {
     for (Act a : kActs) vec(a).resize(T_ * act_width(c_, a));
     s_.rope_cos.resize(T_ * half);
     s_.rope_sin.resize(T_ * half);
-    const std::vector<float>& inv_freq = m_.rope_frequencies();
     for (std::size_t r = 0; r < T_; ++r) {
       m_.embed(rows[r].token, s_.x.data() + r * H);
-      // angle = float32(position) * inv_freq in float32, as HF computes it.
-      for (int j = 0; j < half; ++j) {
-        const float angle =
-            static_cast<float>(rows[r].position) * inv_freq[static_cast<std::size_t>(j)];
-        s_.rope_cos[r * half + j] = static_cast<float>(std::cos(static_cast<double>(angle)));
-        s_.rope_sin[r * half + j] = static_cast<float>(std::sin(static_cast<double>(angle)));
-      }
+      m_.rope_rotation(rows[r].position, s_.rope_cos.data() + r * half,
+                       s_.rope_sin.data() + r * half);
     }
     visible_.resize(T_);
   }
