@@ -277,16 +277,19 @@ TokenLogprob top_logprobs(const float* logits, int vocab, int top, std::vector<f
   all.resize(static_cast<std::size_t>(vocab));
   for (int i = 0; i < vocab; ++i)
     all[static_cast<std::size_t>(i)] = static_cast<float>(static_cast<double>(logits[i]) - lse);
+  // The `top` best ids, kept sorted as one pass goes over the vocabulary in id order (a later id
+  // displaces only a strictly larger logit: ties go to the lower id). No vocabulary-sized scratch.
   TokenLogprob out;
-  const int k = std::min(top, vocab);
-  std::vector<int> ids(static_cast<std::size_t>(vocab));
-  for (int i = 0; i < vocab; ++i) ids[static_cast<std::size_t>(i)] = i;
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int a, int b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
-  for (int j = 0; j < k; ++j)
-    out.top.emplace_back(ids[static_cast<std::size_t>(j)],
-                         all[static_cast<std::size_t>(ids[static_cast<std::size_t>(j)])]);
+  const std::size_t k = static_cast<std::size_t>(std::min(top, vocab));
+  std::vector<int> best;
+  best.reserve(k + 1);
+  for (int i = 0; i < vocab && k > 0; ++i) {
+    if (best.size() == k && logits[i] <= logits[best.back()]) continue;
+    auto at = std::find_if(best.begin(), best.end(), [&](int b) { return logits[i] > logits[b]; });
+    best.insert(at, i);
+    if (best.size() > k) best.pop_back();
+  }
+  for (int id : best) out.top.emplace_back(id, all[static_cast<std::size_t>(id)]);
   return out;
 }
 
