@@ -27,6 +27,7 @@
 // back as content, markers included, exactly as generated.
 #pragma once
 
+#include <cstddef>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -92,13 +93,26 @@ class ToolCallParser {
   ToolCallFormat format() const { return format_; }
 
  private:
-  struct State;
+  enum class Phase;  // where in the output the parser is (tool_calls.cpp)
+  Delta drain(bool final);
+  bool step(Delta& out, bool final);
+  bool step_content(Delta& out, bool final);
+  bool step_answer_start(bool final);
+  bool step_block(Delta& out, bool final);
+  bool abandon_block(Delta& out);
+  bool step_harmony_start(bool final);
+  bool step_harmony_header(Delta& out, bool final);
+  bool step_harmony_body(Delta& out, bool final);
+
   ToolCallFormat format_;
-  nlohmann::json tools_;
-  std::string pending_;  // text not yet given out
-  // Parser state beyond the pending text (which marker section it is in); the implementation's.
-  int phase_ = 0;
-  std::string header_;  // harmony: the current message's header
+  nlohmann::json tools_;  // an array (empty when the request offers none)
+  std::string pending_;   // text not yet given out
+  Phase phase_;
+  // In a block: the length of its opening in pending_ (the blanks after the previous call that
+  // are dropped with it, and the opening marker); 0 for llama3-json's whole-answer call.
+  std::size_t open_len_ = 0;
+  bool after_call_ = false;  // a block of calls was the last thing read
+  std::string header_;       // harmony: the current message's header
 };
 
 }  // namespace rkv::server
