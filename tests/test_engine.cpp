@@ -224,6 +224,42 @@ TEST(ThinkingBudget, ClosesTheThoughtAfterNTokensAndTheAnswerFollows) {
   }
 }
 
+// Request::scripted_reply (the server's --scripted-replies test seam) and Request::answer_prefix
+// (tool_choice's forced call opening) on the DeepSeek-R1 template, whose prompt opens <think>:
+// the script's tokens are written where the engine would sample, then an end-of-sequence token;
+// the prefix is written right after the thought's </think>, and takes nothing from the script.
+TEST(ScriptedReply, WritesTheScriptThenEndsAndTheAnswerPrefixFollowsTheThought) {
+  test::TempDir dir("scripted-reply");
+  test::write_r1_checkpoint(dir.path());
+  auto model = Model::load(dir.path());
+  const Tokenizer tokenizer = Tokenizer::load(dir.path());
+  ThreadPool pool(2);
+  Engine engine(*model, &tokenizer, pool);
+  Request r;
+  r.messages = {{"user", "What is 2+2?"}};
+  r.max_new_tokens = 200;
+  r.scripted_reply = "Two and two.\n</think>\n\nfour";
+  engine.submit(engine.prepare(r));
+  engine.run_until_idle();
+  Completion c = engine.take_completions().at(0);
+  EXPECT_EQ(c.text, *r.scripted_reply);
+  EXPECT_EQ(c.stop_reason, "eos");
+  r.answer_prefix = "The answer:";
+  engine.submit(engine.prepare(r));
+  engine.run_until_idle();
+  c = engine.take_completions().at(0);
+  EXPECT_EQ(c.text, "Two and two.\n</think>The answer:\n\nfour");
+  // A prompt that opens no thought: the prefix comes first.
+  Request plain;
+  plain.text = "2+2=";
+  plain.max_new_tokens = 50;
+  plain.scripted_reply = "4";
+  plain.answer_prefix = "A:";
+  engine.submit(engine.prepare(plain));
+  engine.run_until_idle();
+  EXPECT_EQ(engine.take_completions().at(0).text, "A:4");
+}
+
 TEST_F(EngineTest, PrepareRefusesInvalidRequests) {
   EngineOptions o;
   o.kv_memory_bytes = 100000;

@@ -4,8 +4,9 @@
 // given instead of it (--chat-template-file), by rkv's Jinja interpreter (src/jinja) exactly as
 // transformers' apply_chat_template renders it:
 //
-//   messages               [{"role": ..., "content": ...}, ...]
-//   tools, documents       none
+//   messages               [{"role": ..., "content": ..., more fields}, ...]
+//   tools                  the request's tools (OpenAI's function schemas), none without
+//   documents              none
 //   add_generation_prompt  true for a request (the prompt ends with the assistant's opening)
 //   bos_token, eos_token   the tokenizer config's tokens (undefined when it has none)
 //   then every key of the request's template kwargs (e.g. {"enable_thinking": false})
@@ -64,6 +65,10 @@ enum class ChatTemplateKind {
 struct ChatMessage {
   std::string role;  // "system", "user" or "assistant" (a Jinja template may accept others)
   std::string content;
+  // More fields of the message for a Jinja template, after role and content (null or a JSON
+  // object): an assistant's "tool_calls" and "reasoning_content", a tool's "tool_call_id" and
+  // "name". The built-in renderers ignore them.
+  nlohmann::ordered_json fields = nullptr;
 };
 
 struct ChatTemplate {
@@ -76,6 +81,11 @@ struct ChatTemplate {
   std::optional<std::string> bos_token, eos_token;
   // kNone: why there is no template (what rendering throws).
   std::string error;
+  // kJinja: the template's source (the server reads which tool-call syntax it teaches).
+  std::string source;
+  // kJinja: the date strftime_now() formats, "YYYY-MM-DD" at 12:00:00 (tests that compare with
+  // golden renderings); empty: the current local time.
+  std::string fixed_date;
 
   // Whether the prompt is encoded with the tokenizer's post-processor (the built-in families)
   // or without it (a Jinja template, which prints the BOS itself).
@@ -113,11 +123,13 @@ ChatTemplate resolve_chat_template(const Tokenizer& tokenizer, std::string_view 
 // Renders a conversation. add_generation_prompt appends the opening of the assistant's turn.
 // `kwargs` (null or a JSON object): more variables, bound last as apply_chat_template's
 // **kwargs ("messages" and "add_generation_prompt" may not be among them); only a Jinja template
-// takes them. Throws rkv::Error: kNone's reason; a Jinja template's failure ("the model's chat
-// template: TemplateError: ...", its raise_exception text included); for a built-in family, a
-// role other than system/user/assistant.
+// takes them, and `tools` (null or a JSON array of function schemas), bound as `tools`. Throws
+// rkv::Error: kNone's reason; a Jinja template's failure ("the model's chat template:
+// TemplateError: ...", its raise_exception text included); for a built-in family, a role other than
+// system/user/assistant.
 std::string render_chat(const ChatTemplate& chat_template, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt, const nlohmann::ordered_json& kwargs = nullptr);
+                        bool add_generation_prompt, const nlohmann::ordered_json& kwargs = nullptr,
+                        const nlohmann::ordered_json& tools = nullptr);
 std::string render_chat(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt);
 

@@ -79,6 +79,18 @@ struct Request {
   // With messages: more variables for a Jinja chat template (null or a JSON object), bound last
   // as apply_chat_template's **kwargs, e.g. {"enable_thinking": false}.
   nlohmann::ordered_json chat_template_kwargs;
+  // With messages: the tools offered (null or a JSON array of OpenAI function schemas), bound as
+  // the Jinja template's `tools`.
+  nlohmann::ordered_json tools;
+  // Text the engine writes, instead of sampling, where the answer begins: right after the prompt,
+  // or, when a thought is open (the prompt opened <think>, or the output did), right after its
+  // </think>. The server puts a tool call's opening here when tool_choice makes a call compulsory.
+  std::string answer_prefix;
+  // A test seam, never set from a request: where the engine would sample, it writes this text's
+  // tokens in order instead, then an end-of-sequence token (`rkv serve --scripted-replies`, for
+  // client tests on checkpoints that cannot write tool calls). Tokens the engine forces (a thinking
+  // budget's close, answer_prefix) are written as usual and take nothing from the script.
+  std::optional<std::string> scripted_reply;
 
   int max_new_tokens = 256;
   // false: generation stops when the context is full (the CLI); true: a prompt plus
@@ -124,8 +136,10 @@ struct PreparedRequest {
   // and the ids of <think> and </think> (-1 when the tokenizer has none).
   std::vector<int> thinking_close;
   int think_start_id = -1, think_end_id = -1;
-  std::size_t slot_bytes = 0;  // its KV slot (cache at capacity)
-  int cache_capacity = 0;      // entries per (layer, KV head)
+  std::vector<int> answer_prefix;   // Request::answer_prefix, encoded
+  std::vector<int> scripted_reply;  // Request::scripted_reply, encoded
+  std::size_t slot_bytes = 0;       // its KV slot (cache at capacity)
+  int cache_capacity = 0;           // entries per (layer, KV head)
 };
 
 struct TokenEvent {

@@ -75,6 +75,7 @@ void BatchEngine::admit() {
                          seq.prompt_size() - seq.seed_tokens());
     seq.sampler = std::make_unique<Sampler>(seq.request.request.sampling, seq.request.prompt);
     seq.thinking = seq.request.starts_in_reasoning;
+    if (!seq.thinking) start_answer(seq);
     seq.admitted = Clock::now();
     kv_bytes_in_use_ += seq.request.slot_bytes;
     peak_kv_bytes_ = std::max(peak_kv_bytes_, kv_bytes_in_use_);
@@ -82,6 +83,12 @@ void BatchEngine::admit() {
     waiting_.pop_front();
   }
   peak_running_ = std::max(peak_running_, static_cast<int>(running_.size()));
+}
+
+void BatchEngine::start_answer(Sequence& s) {
+  s.answer_started = true;
+  const auto& prefix = s.request.answer_prefix;
+  s.forced.insert(s.forced.end(), prefix.begin(), prefix.end());
 }
 
 void BatchEngine::retire(Sequence& s) {
@@ -221,6 +228,9 @@ void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
     if (!s.forced.empty()) {
       token = s.forced.front();
       s.forced.pop_front();
+    } else if (s.request.request.scripted_reply) {
+      const auto& script = s.request.scripted_reply;
+      token = s.script_pos < script.size() ? script[s.script_pos++] : s.request.eos_ids.front();
     } else {
       token = s.sampler->sample(logits, V);
     }
@@ -237,6 +247,7 @@ void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
     if (s.thinking) ++s.reasoning_tokens;
     if (token == s.request.think_end_id) {
       s.thinking = false;
+      if (!s.answer_started) start_answer(s);
     } else if (s.thinking && !opens) {
       ++s.thought_tokens;
     }

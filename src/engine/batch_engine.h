@@ -94,6 +94,8 @@ class BatchEngine {
   double run(StepPlan& plan);  // returns the forward pass's wall time
   void postprocess(const StepPlan& plan, double step_seconds);
   void retire(Sequence& seq);
+  // The answer begins: Request::answer_prefix is queued to be written.
+  static void start_answer(Sequence& seq);
   void retire_finished();
   // compress_all_layers for a sequence; false (the sequence ended with the error) if it throws.
   bool compress_or_fail(Sequence& s, std::int64_t tokens);

@@ -92,11 +92,14 @@ PreparedRequest Engine::prepare(Request request) const {
     std::string text = request.text;
     bool add_special = true;
     if (!request.messages.empty()) {
-      text = render_chat(chat_template_, request.messages, true, request.chat_template_kwargs);
+      text = render_chat(chat_template_, request.messages, true, request.chat_template_kwargs,
+                         request.tools);
       opens_think = prompt_opens_think(text);
       add_special = chat_template_.add_special_tokens();
     } else if (!request.chat_template_kwargs.is_null()) {
       throw Error("chat template kwargs need chat messages");
+    } else if (!request.tools.is_null()) {
+      throw Error("tools need chat messages");
     }
     // A bound that needs no tokenization: a text that cannot fit is refused before encoding it
     // (a 16 MiB prompt would take seconds and hundreds of MiB).
@@ -235,6 +238,18 @@ PreparedRequest Engine::prepare(Request request) const {
   if (request.thinking_budget >= 0) {
     const auto ids = tokenizer_->encode(request.thinking_budget_message + "\n</think>\n\n", false);
     p.thinking_close.assign(ids.begin(), ids.end());
+  }
+  const auto encoded = [&](const std::string& text, const char* what) {
+    if (tokenizer_ == nullptr) throw Error(std::string(what) + " needs a tokenizer");
+    const auto ids = tokenizer_->encode(text, false);
+    return std::vector<int>(ids.begin(), ids.end());
+  };
+  if (!request.answer_prefix.empty())
+    p.answer_prefix = encoded(request.answer_prefix, "an answer prefix");
+  if (request.scripted_reply) {
+    p.scripted_reply = encoded(*request.scripted_reply, "a scripted reply");
+    if (p.eos_ids.empty())
+      throw Error("a scripted reply ends with an end-of-sequence token, and the model has none");
   }
   p.request = std::move(request);
   return p;

@@ -67,6 +67,10 @@ struct Sequence {
   int thought_tokens = 0;
   bool thought_closed = false;
   std::deque<int> forced;
+  // Where the answer begins (after the prompt, or after the open thought's </think>), the
+  // request's answer prefix is forced; answer_started says that point has passed.
+  bool answer_started = false;
+  std::size_t script_pos = 0;  // Request::scripted_reply: its tokens written so far
   bool finished = false;
   std::string stop_reason;  // "eos", "length", "stopped", "cancelled", "error"
   std::string error;        // what failed, for "error"

@@ -104,6 +104,133 @@ std::string find_marked(const json& j, const std::string& mark, const std::strin
   return {};
 }
 
+// One message of a chat request: role and content, and the fields a template reads beyond them
+// (an assistant's tool_calls and reasoning_content, a tool's tool_call_id and name), taken from
+// `ordered` (the same message with its keys in the order sent).
+ChatMessage chat_message(const json& m, const nlohmann::ordered_json& ordered, std::size_t i) {
+  const std::string param = "messages[" + std::to_string(i) + "]";
+  if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+    bad(param, "'" + param + "' must be an object with a string 'role'");
+  std::string role = m["role"].get<std::string>();
+  if (role == "developer") role = "system";
+  if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+    bad(param + ".role", "'" + param +
+                             ".role' must be system, developer, user, assistant or tool, got '" +
+                             role + "'");
+  ChatMessage out{role, message_content(m.value("content", json()), i)};
+  auto string_field = [&](const char* name) {
+    const json* v = field(m, name);
+    if (v == nullptr) return;
+    if (!v->is_string()) bad(param + "." + name, "'" + param + "." + name + "' must be a string");
+    if (out.fields.is_null()) out.fields = nlohmann::ordered_json::object();
+    out.fields[name] = v->get<std::string>();
+  };
+  if (role == "tool") {
+    string_field("tool_call_id");
+    string_field("name");
+  }
+  if (role != "assistant") return out;
+  // The chain of thought of an earlier turn, under either name (templates read
+  // reasoning_content).
+  for (const char* name : {"reasoning_content", "reasoning"}) {
+    const json* v = field(m, name);
+    if (v == nullptr) continue;
+    if (!v->is_string()) bad(param + "." + name, "'" + param + "." + name + "' must be a string");
+    if (out.fields.is_null()) out.fields = nlohmann::ordered_json::object();
+    out.fields["reasoning_content"] = v->get<std::string>();
+  }
+  const json* calls = field(m, "tool_calls");
+  if (calls == nullptr) return out;
+  if (!calls->is_array()) bad(param + ".tool_calls", "'" + param + ".tool_calls' must be an array");
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (std::size_t k = 0; k < calls->size(); ++k) {
+    const std::string cp = param + ".tool_calls[" + std::to_string(k) + "]";
+    const json& c = (*calls)[k];
+    const json* fn = c.is_object() ? field(c, "function") : nullptr;
+    if (fn == nullptr || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+      bad(cp, "'" + cp +
+                  "' must be {\"id\": ..., \"type\": \"function\", \"function\": {\"name\": ..., "
+                  "\"arguments\": ...}}");
+    if (const json* id = field(c, "id"); id != nullptr && !id->is_string())
+      bad(cp + ".id", "'" + cp + ".id' must be a string");
+    nlohmann::ordered_json call = ordered["tool_calls"][k];
+    // OpenAI's clients send the arguments as JSON text; templates read an object (as vLLM
+    // passes them): text that is a JSON object is given as that object.
+    auto& arguments = call["function"]["arguments"];
+    if (arguments.is_string()) {
+      auto parsed = nlohmann::ordered_json::parse(arguments.get<std::string>(), nullptr, false);
+      if (!parsed.is_discarded() && parsed.is_object()) arguments = std::move(parsed);
+    } else if (!arguments.is_null() && !arguments.is_object()) {
+      bad(cp + ".function.arguments",
+          "'" + cp + ".function.arguments' must be a JSON string or object");
+    }
+    if (arguments.is_null()) arguments = nlohmann::ordered_json::object();
+    list.push_back(std::move(call));
+  }
+  if (out.fields.is_null()) out.fields = nlohmann::ordered_json::object();
+  out.fields["tool_calls"] = std::move(list);
+  return out;
+}
+
+// tools, tool_choice and parallel_tool_calls.
+void parse_tools(const json& j, const nlohmann::ordered_json& ordered, ParsedRequest& out) {
+  const json* tools = field(j, "tools");
+  std::vector<std::string> names;
+  if (tools != nullptr) {
+    if (!tools->is_array())
+      bad("tools", "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
+    if (tools->size() > 256) bad("tools", "'tools' takes at most 256 functions");
+    for (std::size_t i = 0; i < tools->size(); ++i) {
+      const std::string param = "tools[" + std::to_string(i) + "]";
+      const json& t = (*tools)[i];
+      if (!t.is_object() || t.value("type", json()) != "function" || !t.contains("function") ||
+          !t["function"].is_object())
+        bad(param, "'" + param +
+                       "' must be {\"type\": \"function\", \"function\": {\"name\": ..., "
+                       "\"parameters\": {...}}}");
+      const json& fn = t["function"];
+      if (!fn.contains("name") || !fn["name"].is_string() || fn["name"].get<std::string>().empty())
+        bad(param + ".function.name", "'" + param + ".function.name' must be a non-empty string");
+      if (fn.contains("parameters") && !fn["parameters"].is_object() && !fn["parameters"].is_null())
+        bad(param + ".function.parameters",
+            "'" + param + ".function.parameters' must be a JSON schema object");
+      const std::string name = fn["name"].get<std::string>();
+      if (std::find(names.begin(), names.end(), name) != names.end())
+        bad(param + ".function.name", "two tools are named '" + name + "'");
+      names.push_back(name);
+    }
+    if (!tools->empty()) out.request.tools = ordered["tools"];
+  }
+  out.parallel_tool_calls = get_bool(j, "parallel_tool_calls", true);
+  const json* choice = field(j, "tool_choice");
+  out.tool_choice = names.empty() ? ToolChoice::none : ToolChoice::automatic;
+  if (choice == nullptr) return;
+  if (choice->is_string()) {
+    const std::string c = choice->get<std::string>();
+    if (c == "none") {
+      out.tool_choice = ToolChoice::none;
+      return;
+    }
+    if (c != "auto" && c != "required")
+      bad("tool_choice",
+          "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": "
+          "{\"name\": ...}}");
+    if (names.empty()) bad("tool_choice", "'tool_choice' " + c + " needs 'tools'");
+    out.tool_choice = c == "auto" ? ToolChoice::automatic : ToolChoice::required;
+    return;
+  }
+  const json* fn = choice->is_object() ? field(*choice, "function") : nullptr;
+  if (fn == nullptr || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+    bad("tool_choice",
+        "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": "
+        "{\"name\": ...}}");
+  out.tool_choice_name = (*fn)["name"].get<std::string>();
+  if (std::find(names.begin(), names.end(), out.tool_choice_name) == names.end())
+    bad("tool_choice", "'tool_choice' names the function '" + out.tool_choice_name +
+                           "', which is not among the request's tools");
+  out.tool_choice = ToolChoice::function;
+}
+
 }  // namespace
 
 json parse_request_json(const std::string& body) {
@@ -252,20 +379,12 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
     if (messages == nullptr) bad("messages", "'messages' is required");
     if (!messages->is_array() || messages->empty())
       bad("messages", "'messages' must be a non-empty array");
-    for (std::size_t i = 0; i < messages->size(); ++i) {
-      const json& m = (*messages)[i];
-      const std::string param = "messages[" + std::to_string(i) + "]";
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-        bad(param, "'" + param + "' must be an object with a string 'role'");
-      std::string role = m["role"].get<std::string>();
-      if (role == "developer") role = "system";
-      if (role != "system" && role != "user" && role != "assistant")
-        bad(param + ".role", "'" + param +
-                                 ".role' must be system, developer, user or "
-                                 "assistant, got '" +
-                                 role + "'");
-      r.messages.push_back({role, message_content(m.value("content", json()), i)});
-    }
+    // The same body with its keys in the order sent: what the template sees (tojson of a tool
+    // schema prints its keys in that order, as transformers does with the client's dicts).
+    const auto ordered = nlohmann::ordered_json::parse(body);
+    for (std::size_t i = 0; i < messages->size(); ++i)
+      r.messages.push_back(chat_message((*messages)[i], ordered["messages"][i], i));
+    parse_tools(j, ordered, out);
   } else {
     const json* prompt = field(j, "prompt");
     if (prompt == nullptr) bad("prompt", "'prompt' is required");
@@ -404,8 +523,8 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
     if (get_int(j, "best_of", 1, 1, 1 << 30) != 1)
       bad("best_of", "'best_of' other than 1 is not supported by this server");
   }
-  if (const json* tools = field(j, "tools"); tools != nullptr && !tools->empty())
-    bad("tools", "tool calls are not supported by this server");
+  if (!chat && field(j, "tools") != nullptr)
+    bad("tools", "'tools' applies to /v1/chat/completions only");
   if (const json* rf = field(j, "response_format")) {
     if (!rf->is_object() || rf->value("type", std::string()) != "text")
       bad("response_format", "only {\"type\": \"text\"} responses are supported");
@@ -432,7 +551,23 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
     if (!kwargs->is_object())
       bad("chat_template_kwargs",
           "'chat_template_kwargs' must be an object such as {\"enable_thinking\": false}");
-    r.chat_template_kwargs = nlohmann::ordered_json::parse(dump_json(*kwargs));
+    r.chat_template_kwargs = nlohmann::ordered_json::parse(body)["chat_template_kwargs"];
+  }
+  if (const json* effort = field(j, "reasoning_effort")) {
+    // OpenAI's top-level field, given to the template as gpt-oss's template reads it (a
+    // reasoning_effort in chat_template_kwargs wins).
+    if (!chat) bad("reasoning_effort", "'reasoning_effort' applies to /v1/chat/completions only");
+    if (!effort->is_string()) bad("reasoning_effort", "'reasoning_effort' must be a string");
+    if (r.chat_template_kwargs.is_null()) r.chat_template_kwargs = nlohmann::ordered_json::object();
+    if (!r.chat_template_kwargs.contains("reasoning_effort"))
+      r.chat_template_kwargs["reasoning_effort"] = effort->get<std::string>();
+  }
+  if (chat && defaults.chat_template_kwargs.is_object()) {
+    // The server's defaults, under what the request gives.
+    nlohmann::ordered_json merged = defaults.chat_template_kwargs;
+    if (r.chat_template_kwargs.is_object())
+      for (const auto& [key, value] : r.chat_template_kwargs.items()) merged[key] = value;
+    r.chat_template_kwargs = std::move(merged);
   }
   r.compression = defaults.compression;
   if (const json* kv = field(j, "kv")) {

@@ -51,7 +51,18 @@ struct RequestDefaults {
   bool reasoning_inline = false;  // --reasoning-format none
   int thinking_budget = -1;       // --thinking-budget (-1: none)
   std::string thinking_budget_message;
+  // Variables for the chat template that every request gets (--chat-template-kwargs), under the
+  // request's own chat_template_kwargs (null or a JSON object).
+  nlohmann::ordered_json chat_template_kwargs;
   int max_n = 16;
+};
+
+// tool_choice: how a request lets the model use its tools.
+enum class ToolChoice {
+  none,       // no tools, or "none": the template still renders them; no call is parsed
+  automatic,  // "auto" (the default with tools): calls are parsed when the model writes them
+  required,   // "required": the engine opens a call where the answer begins
+  function,   // {"type": "function", "function": {"name": ...}}: opens a call of that function
 };
 
 struct ParsedRequest {
@@ -63,6 +74,10 @@ struct ParsedRequest {
   std::string model;
   Request request;  // the prompt, sampling, stops and compression (seed of choice 0)
   bool max_tokens_given = false;
+  // Tools: request.tools holds the validated array (key order as sent) for the template.
+  ToolChoice tool_choice = ToolChoice::none;
+  std::string tool_choice_name;     // ToolChoice::function: the function
+  bool parallel_tool_calls = true;  // false: at most one call per choice is returned
 };
 
 // Parses a /v1/chat/completions (chat = true) or /v1/completions body. Throws ApiError (400).

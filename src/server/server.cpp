@@ -14,8 +14,8 @@
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "rkv/tokenizer.h"
+#include "server/choice_output.h"
 #include "server/http.h"
-#include "server/reasoning.h"
 #include "server/trace_store.h"
 #include "viz/viz.h"
 
@@ -66,6 +66,30 @@ json failure_body(const Completion& c) {
   return error_body(c.error, "server_error");
 }
 
+// OpenAI's finish_reason: "tool_calls" when an answer that ended by itself made calls.
+std::string finish_reason(const Completion& c, int calls) {
+  return calls > 0 && c.finish_reason == "stop" ? "tool_calls" : c.finish_reason;
+}
+
+// The text of the last message (a completion's prompt) that --scripted-replies rules look at.
+std::pair<std::string, std::string> last_message(const Request& r) {
+  if (r.messages.empty()) return {"", r.text};
+  return {r.messages.back().role, r.messages.back().content};
+}
+
+// --scripted-replies: the first rule whose conditions the request meets.
+std::string scripted_reply(const json& rules, const Request& r) {
+  const auto [role, text] = last_message(r);
+  for (const json& rule : rules) {
+    if (rule.contains("when_last_role") && rule["when_last_role"] != role) continue;
+    if (rule.contains("when_contains") &&
+        text.find(rule["when_contains"].get<std::string>()) == std::string::npos)
+      continue;
+    return rule["reply"].get<std::string>();
+  }
+  throw ApiError(400, "no scripted reply (--scripted-replies) matches this request");
+}
+
 // What the engine thread hands a waiting handler: the text of each token as it comes, and each
 // choice's completion at the end.
 struct Channel {
@@ -105,6 +129,7 @@ struct Server::Impl {
   std::mt19937_64 seeds{std::random_device{}()};
   std::mutex seeds_mutex;
   TraceStore traces;
+  ToolCallFormat tool_format = ToolCallFormat::none;  // set with the engine
 
   explicit Impl(ServerOptions o)
       : options(std::move(o)),
@@ -155,6 +180,7 @@ struct Server::Impl {
   void routes();
   std::string vllm_metrics(const Engine* e, const EngineStats& s);
   void completions(const http::Request& req, http::Response& res, bool chat);
+  json callable_tools(ParsedRequest& parsed, ToolCallFormat format, const Engine& engine_ref);
   std::shared_ptr<const TraceStore::Entry> find_trace(const http::Request& req);
   void viz_index(http::Response& res);
 };
@@ -229,6 +255,10 @@ void Server::set_engine(Engine* engine, std::string model_name, RequestDefaults 
     impl_->model_name = std::move(model_name);
   }
   impl_->options.defaults = std::move(defaults);  // read only after the engine is seen below
+  const std::string& parser = impl_->options.tool_call_parser;
+  impl_->tool_format = parser.empty() || parser == "auto"
+                           ? detect_tool_call_format(engine->chat_template().source)
+                           : parse_tool_call_format(parser);
   impl_->engine.store(engine);
 }
 
@@ -449,6 +479,34 @@ void Server::Impl::routes() {
      [this](const http::Request& req, http::Response& res) { completions(req, res, false); });
 }
 
+// The functions a request's answer may call (null: none, the output is all content), and, when
+// tool_choice makes a call compulsory, the call's opening as the answer's prefix.
+json Server::Impl::callable_tools(ParsedRequest& parsed, ToolCallFormat format,
+                                  const Engine& engine_ref) {
+  if (parsed.tool_choice == ToolChoice::none) return nullptr;
+  if (format == ToolCallFormat::none) {
+    std::string names;
+    for (const std::string& f : tool_call_format_names())
+      if (f != "none") names += (names.empty() ? "" : ", ") + f;
+    throw ApiError(400,
+                   "tools: the model's chat template teaches no tool-call syntax this server "
+                   "parses; start it with --tool-call-parser NAME (" +
+                       names + ") if the model writes one of them",
+                   "tools");
+  }
+  json tools = json::parse(parsed.request.tools.dump());
+  if (parsed.tool_choice == ToolChoice::function) {
+    json only = json::array();
+    for (const json& t : tools)
+      if (t["function"]["name"] == parsed.tool_choice_name) only.push_back(t);
+    tools = std::move(only);
+  }
+  if (parsed.tool_choice != ToolChoice::automatic)
+    parsed.request.answer_prefix =
+        tool_call_opening(format, engine_ref.chat_template().source, parsed.tool_choice_name);
+  return tools;
+}
+
 void Server::Impl::completions(const http::Request& req, http::Response& res, bool chat) {
   Engine& engine_ref = ready_engine();
   if (draining.load()) {
@@ -467,6 +525,10 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
     // No max_tokens: as much as the default allows and the context leaves.
     parsed.request.strict_length = false;
   }
+  const ToolCallFormat format = chat ? tool_format : ToolCallFormat::none;
+  const nlohmann::json call_tools = callable_tools(parsed, format, engine_ref);
+  if (!options.scripted_replies.is_null())
+    parsed.request.scripted_reply = scripted_reply(options.scripted_replies, parsed.request);
   // Validated (and tokenized) once before anything is queued: an invalid request never reaches
   // the engine. The n choices differ only in their seeds.
   std::vector<PreparedRequest> prepared;
@@ -493,7 +555,12 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_response++);
   auto channel = std::make_shared<Channel>();
   channel->completions.resize(static_cast<std::size_t>(parsed.n));
-  const bool starts_in_reasoning = prepared.front().starts_in_reasoning;
+  ChoiceOutput::Setup output_setup;
+  output_setup.split_reasoning = chat && !parsed.reasoning_inline;
+  output_setup.starts_in_reasoning = prepared.front().starts_in_reasoning;
+  output_setup.format = format;
+  output_setup.tools = call_tools;
+  output_setup.parallel_tool_calls = parsed.parallel_tool_calls;
   std::vector<std::uint64_t> ids;
   for (int i = 0; i < parsed.n; ++i) {
     PreparedRequest& p = prepared[static_cast<std::size_t>(i)];
@@ -531,7 +598,6 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
 
   const std::int64_t created = unix_time();
   const std::string model = parsed.model.empty() ? name() : parsed.model;
-  const bool split = chat && !parsed.reasoning_inline;
   const int n = parsed.n;
   const int logprobs = parsed.request.logprobs;
   const Tokenizer* tokenizer = engine_ref.tokenizer();
@@ -583,25 +649,24 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
             return;
           }
           if (chat) {
+            ChoiceOutput output(output_setup);
+            auto d = output.push(c.text);
+            auto tail = output.finish();
+            d.reasoning += tail.reasoning;
+            d.content += tail.content;
+            for (auto& call : tail.calls) d.calls.push_back(std::move(call));
             json message = {{"role", "assistant"}};
-            if (split) {
-              ReasoningSplitter splitter(starts_in_reasoning);
-              auto d = splitter.push(c.text);
-              auto tail = splitter.finish();
-              d.reasoning += tail.reasoning;
-              d.content += tail.content;
-              message["content"] = d.content;
-              // reasoning_content (DeepSeek's, llama.cpp's) and reasoning (vLLM's newer name).
-              if (!d.reasoning.empty()) {
-                message["reasoning_content"] = d.reasoning;
-                message["reasoning"] = d.reasoning;
-              }
-            } else {
-              message["content"] = c.text;
+            // With calls and no text, content is null, as OpenAI answers.
+            message["content"] = d.calls.empty() || !d.content.empty() ? json(d.content) : json();
+            // reasoning_content (DeepSeek's, llama.cpp's) and reasoning (vLLM's newer name).
+            if (!d.reasoning.empty()) {
+              message["reasoning_content"] = d.reasoning;
+              message["reasoning"] = d.reasoning;
             }
+            if (!d.calls.empty()) message["tool_calls"] = tool_calls_body(d.calls);
             choices.push_back({{"index", i},
                                {"message", message},
-                               {"finish_reason", c.finish_reason},
+                               {"finish_reason", finish_reason(c, output.calls())},
                                {"logprobs", logprobs_of(c)}});
           } else {
             choices.push_back({{"index", i},
@@ -656,12 +721,25 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
                                       {"delta", {{"reasoning_content", text}, {"reasoning", text}}},
                                       {"finish_reason", nullptr}}}));
       };
-      std::vector<ReasoningSplitter> splitters(static_cast<std::size_t>(n),
-                                               ReasoningSplitter(starts_in_reasoning));
+      std::vector<ChoiceOutput> outputs(static_cast<std::size_t>(n), ChoiceOutput(output_setup));
       std::vector<std::size_t> offsets(static_cast<std::size_t>(n), 0);  // completions' text_offset
-      auto send_text = [&](int i, const ReasoningSplitter::Delta& d) {
+      // A choice's new reasoning, content (with its token's log-probabilities, when the request
+      // asked for them: they ride on the chunk of its text, an empty one while the text is held
+      // back) and calls that just completed (two chunks each: index, id and name, then the
+      // arguments).
+      auto send_delta = [&](int i, const ChoiceOutput::Delta& d, const json* lp) {
         if (!d.reasoning.empty() && !send(reasoning_chunk(i, d.reasoning))) return false;
-        if (!d.content.empty() && !send(delta_chunk(i, "content", d.content))) return false;
+        if (!d.content.empty() || lp != nullptr) {
+          json chunk = delta_chunk(i, "content", d.content);
+          if (lp != nullptr) chunk["choices"][0]["logprobs"] = *lp;
+          if (!send(chunk)) return false;
+        }
+        for (const ToolCallOut& call : d.calls)
+          for (const json& part : tool_call_stream_deltas(call))
+            if (!send(chunk_of(json::array({{{"index", i},
+                                             {"delta", {{"tool_calls", json::array({part})}}},
+                                             {"finish_reason", nullptr}}}))))
+              return false;
         return true;
       };
       bool ok = true;
@@ -690,28 +768,13 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
         for (const auto& e : events) {
           if (!ok) break;
           const auto i = static_cast<std::size_t>(e.choice);
-          if (!e.done && e.logprob && tokenizer != nullptr) {
-            // The token's log-probabilities ride on the chunk of its text (its content part in
-            // chat; an empty one while its text is held back near a stop string).
-            const json lp = logprobs_body({&*e.logprob, 1}, *tokenizer, chat, offsets[i]);
-            if (!chat) offsets[i] += lp["tokens"][0].get<std::string>().size();
-            std::string content = e.text;
-            if (split) {
-              const ReasoningSplitter::Delta d = splitters[i].push(e.text);
-              if (!d.reasoning.empty() && !send(reasoning_chunk(e.choice, d.reasoning))) {
-                ok = false;
-                continue;
-              }
-              content = d.content;
-            }
-            json chunk = delta_chunk(e.choice, "content", content);
-            chunk["choices"][0]["logprobs"] = lp;
-            ok = send(chunk);
-            continue;
-          }
           if (!e.done) {
-            ok = split ? send_text(e.choice, splitters[i].push(e.text))
-                       : send(delta_chunk(e.choice, "content", e.text));
+            json lp;
+            if (e.logprob && tokenizer != nullptr) {
+              lp = logprobs_body({&*e.logprob, 1}, *tokenizer, chat, offsets[i]);
+              if (!chat) offsets[i] += lp["tokens"][0].get<std::string>().size();
+            }
+            ok = send_delta(e.choice, outputs[i].push(e.text), lp.is_null() ? nullptr : &lp);
             continue;
           }
           ++finished;
@@ -724,10 +787,10 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
             ok = send(failure_body(c));  // OpenAI's clients raise an APIError on this event
             continue;
           }
-          if (split) ok = send_text(e.choice, splitters[i].finish());
+          ok = send_delta(e.choice, outputs[i].finish(), nullptr);
           json last = chat ? json{{"index", e.choice},
                                   {"delta", json::object()},
-                                  {"finish_reason", c.finish_reason}}
+                                  {"finish_reason", finish_reason(c, outputs[i].calls())}}
                            : json{{"index", e.choice},
                                   {"text", ""},
                                   {"finish_reason", c.finish_reason},

@@ -38,6 +38,14 @@ struct ServerOptions {
   std::string api_key;
   // Keep the compression traces of the last `viz_traces` requests for the /viz page (0: off).
   int viz_traces = 0;
+  // The tool-call syntax parsed from chat answers (src/server/tool_calls.h): "auto" reads it from
+  // the engine's chat template, or a format's name.
+  std::string tool_call_parser = "auto";
+  // A test seam (`--scripted-replies FILE`): null, or an array of rules {"reply": TEXT,
+  // "when_last_role": ROLE, "when_contains": TEXT}; a request takes the first rule whose
+  // conditions (both optional) its last message (a completion's prompt) meets, and the engine
+  // writes that reply instead of sampling (Request::scripted_reply).
+  nlohmann::json scripted_replies;
 };
 
 class Server {

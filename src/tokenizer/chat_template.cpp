@@ -122,9 +122,11 @@ std::string jinja_failure(const ChatTemplate& t, const jinja::Error& e) {
 }
 
 std::string render_jinja(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
-                         bool add_generation_prompt, const nlohmann::ordered_json& kwargs) {
+                         bool add_generation_prompt, const nlohmann::ordered_json& kwargs,
+                         const nlohmann::ordered_json& tools) {
   if (!kwargs.is_null() && !kwargs.is_object())
     throw Error("the chat template kwargs must be a JSON object");
+  if (!tools.is_null() && !tools.is_array()) throw Error("the tools must be a JSON array");
   // The variables apply_chat_template binds: render(messages=..., tools=..., documents=...,
   // add_generation_prompt=..., **{**special_tokens_map, **kwargs}).
   jinja::Variables vars;
@@ -132,10 +134,16 @@ std::string render_jinja(const ChatTemplate& t, const std::vector<ChatMessage>& 
     jinja::bind(vars, name, std::move(v));
   };
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  for (const ChatMessage& m : messages) {
+    nlohmann::ordered_json message = {{"role", m.role}, {"content", m.content}};
+    if (m.fields.is_object())
+      for (const auto& [key, value] : m.fields.items())
+        if (key != "role" && key != "content") message[key] = value;
+    list.push_back(std::move(message));
+  }
   try {
     bind("messages", jinja::from_json(list));
-    bind("tools", jinja::Value::none());
+    bind("tools", tools.is_null() ? jinja::Value::none() : jinja::from_json(tools));
     bind("documents", jinja::Value::none());
     bind("add_generation_prompt", jinja::Value::boolean(add_generation_prompt));
     if (t.bos_token) bind("bos_token", jinja::Value::str(*t.bos_token));
@@ -147,7 +155,13 @@ std::string render_jinja(const ChatTemplate& t, const std::vector<ChatMessage>& 
         bind(key, jinja::from_json(value));
       }
     }
-    return t.jinja->render(vars);
+    jinja::RenderOptions options;
+    if (!t.fixed_date.empty()) {
+      options.now = jinja::parse_date(t.fixed_date);
+      if (!options.now)
+        throw Error("the chat template's fixed date is not YYYY-MM-DD: " + t.fixed_date);
+    }
+    return t.jinja->render(vars, options);
   } catch (const jinja::Error& e) {
     throw Error(jinja_failure(t, e));
   }
@@ -217,6 +231,7 @@ ChatTemplate make_jinja_chat_template(std::string_view text, std::string origin,
   }
   t.bos_token = std::move(bos_token);
   t.eos_token = std::move(eos_token);
+  t.source = std::string(text);
   return t;
 }
 
@@ -269,17 +284,21 @@ ChatTemplate resolve_chat_template(const Tokenizer& tokenizer, std::string_view 
 }
 
 std::string render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt, const nlohmann::ordered_json& kwargs) {
+                        bool add_generation_prompt, const nlohmann::ordered_json& kwargs,
+                        const nlohmann::ordered_json& tools) {
   switch (t.kind) {
     case ChatTemplateKind::kNone:
       throw Error(t.error.empty() ? std::string("there is no chat template") : t.error);
     case ChatTemplateKind::kJinja:
-      return render_jinja(t, messages, add_generation_prompt, kwargs);
+      return render_jinja(t, messages, add_generation_prompt, kwargs, tools);
     default:
       break;
   }
   if (!kwargs.is_null() && !kwargs.empty())
     throw Error("chat template kwargs need a Jinja chat template; " + t.origin + " takes none");
+  if (!tools.is_null() && !tools.empty())
+    throw Error("tools need a Jinja chat template that renders them; " + t.origin +
+                " renders none");
   check_roles(messages);
   switch (t.kind) {
     case ChatTemplateKind::kDeepseekR1:

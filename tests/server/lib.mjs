@@ -33,14 +33,15 @@ process.on('exit', () => {
 });
 
 // Starts `rkv serve` on a free port and resolves once GET /health answers 200.
-// `args` are appended to the command line (e.g. ['--kv-memory', '8MiB', '--queue-limit', '100']).
+// `args` are appended to the command line (e.g. ['--kv-memory', '8MiB', '--queue-limit', '100']);
+// `model` is the checkpoint (default: the tiny reasoner).
 // Returns { url, port, agentPort, child, alive(), stderr(), stop() }; stop() sends SIGTERM and resolves with
 // { code, signal } once the process has exited (SIGKILL after `stopTimeoutMs`).
-export async function startServer({ args = [], readyTimeoutMs = 60_000, stopTimeoutMs = 15_000 } = {}) {
+export async function startServer({ args = [], model = modelDir, readyTimeoutMs = 60_000, stopTimeoutMs = 15_000 } = {}) {
   if (!existsSync(rkvBinary)) {
     throw new Error(`rkv binary not found at ${rkvBinary} (build it, or set RKV_BINARY)`);
   }
-  const argv = ['serve', '-m', modelDir, '--port', '0', '-t', '2', ...args];
+  const argv = ['serve', '-m', model, '--port', '0', '-t', '2', ...args];
   const child = spawn(rkvBinary, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
   live.add(child);
 

@@ -11,6 +11,7 @@
 #include "command.h"
 #include "common.h"
 #include "core/error.h"
+#include "core/record_log.h"
 #include "core/thread_pool.h"
 #include "engine/batch_engine.h"
 #include "generate_options.h"
@@ -19,6 +20,7 @@
 #include "rkv/tokenizer.h"
 #include "server/agent.h"
 #include "server/server.h"
+#include "server/tool_calls.h"
 
 namespace rkv::cli {
 namespace {
@@ -41,8 +43,31 @@ struct Args {
   int viz = 0;
   int prefill_chunk = 256;
   int threads = 1;
+  std::string tool_call_parser = "auto";
+  std::string chat_template_kwargs;  // a JSON object
+  std::string scripted_replies;      // a file (test seam)
   std::shared_ptr<GenerateFlags> gen = std::make_shared<GenerateFlags>();
 };
+
+// --scripted-replies FILE: [{"reply": TEXT, "when_last_role": ROLE, "when_contains": TEXT}, ...].
+nlohmann::json read_scripted_replies(const std::string& path) {
+  const std::string what = "--scripted-replies " + path;
+  const auto rules = nlohmann::json::parse(
+      read_file(path, "the file given with --scripted-replies"), nullptr, false);
+  if (!rules.is_array() || rules.empty())
+    throw Error(what + ": must be a non-empty JSON array of {\"reply\": ..., ...} rules");
+  for (const auto& rule : rules) {
+    if (!rule.is_object() || !rule.contains("reply") || !rule["reply"].is_string())
+      throw Error(what + ": every rule needs a string \"reply\"");
+    for (const auto& [key, value] : rule.items())
+      if ((key != "reply" && key != "when_last_role" && key != "when_contains") ||
+          !value.is_string())
+        throw Error(what +
+                    ": a rule has reply, when_last_role and when_contains, all strings; not \"" +
+                    key + "\"");
+  }
+  return rules;
+}
 
 void run(const Args& a) {
   const GenerateFlags& g = *a.gen;
@@ -71,6 +96,16 @@ void run(const Args& a) {
   defaults.reasoning_inline = a.reasoning_format == "none";
   defaults.thinking_budget = g.thinking_budget;
   defaults.thinking_budget_message = g.thinking_budget_message;
+  if (!a.chat_template_kwargs.empty()) {
+    defaults.chat_template_kwargs =
+        nlohmann::ordered_json::parse(a.chat_template_kwargs, nullptr, false);
+    if (!defaults.chat_template_kwargs.is_object())
+      throw Error(
+          "--chat-template-kwargs must be a JSON object, such as '{\"enable_thinking\": false}'");
+  }
+  if (a.tool_call_parser != "auto") server::parse_tool_call_format(a.tool_call_parser);
+  o.tool_call_parser = a.tool_call_parser;
+  if (!a.scripted_replies.empty()) o.scripted_replies = read_scripted_replies(a.scripted_replies);
   EngineOptions engine_options;
   engine_options.kv_memory_bytes =
       a.kv_memory == "none" || a.kv_memory.empty() ? 0 : parse_byte_size(a.kv_memory);
@@ -304,6 +339,20 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--reasoning-format", a->reasoning_format,
                   "parsed: the chain of thought in message.reasoning_content; none: inline in "
                   "the content (a request's 'reasoning_format' overrides)");
+  add_flag_option(app, "--tool-call-parser", a->tool_call_parser,
+                  "The tool-call syntax read from chat answers: auto (the one the model's chat "
+                  "template teaches), or hermes, qwen3-xml, llama3-json, mistral, harmony, "
+                  "deepseek, kimi, glm, none")
+      ->group("Chat");
+  add_flag_option(app, "--chat-template-kwargs", a->chat_template_kwargs,
+                  "A JSON object of chat-template variables every request gets, e.g. "
+                  "'{\"enable_thinking\": false}' (a request's chat_template_kwargs override)")
+      ->group("Chat");
+  add_flag_option(app, "--scripted-replies", a->scripted_replies,
+                  "Testing only: a JSON file of rules [{\"reply\", \"when_last_role\", "
+                  "\"when_contains\"}]; each request's answer is the first matching rule's reply "
+                  "instead of sampled tokens (client tests on models that cannot call tools)")
+      ->group("Testing");
   add_precision_options(app, a->matmul_precision, a->attention_precision);
   add_device_option(app, a->device);
   add_threads_option(app, a->threads);
