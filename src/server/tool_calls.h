@@ -4,9 +4,9 @@
 //
 //   hermes       <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>   (Qwen2.5, Qwen3,
 //                QwQ, Hermes; one block per call)
-//   qwen3-xml    <tool_call>\n<function=f>\n<parameter=k>\nv\n</parameter>\n</function>\n</tool_call>
-//                (Qwen3.5, Qwen3-Coder; a value is a string, or JSON where the tool's schema
-//                gives the parameter a non-string type)
+//   qwen3-xml    <tool_call>\n<function=f>\n<parameter=k>\nv\n</parameter>\n</function>\n
+//                </tool_call> (Qwen3.5, Qwen3-Coder; a value is a string, or JSON where the
+//                tool's schema gives the parameter a non-string type)
 //   llama3-json  {"name": "f", "parameters": {...}} as the whole answer, optionally after
 //                <|python_tag|> (Llama 3.1-3.3; "arguments" is accepted for "parameters")
 //   mistral      [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]  (Mistral Nemo), or
