@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/record_log.h"
 #include "rkv/chat_template.h"
 #include "rkv/tokenizer.h"
 #include "test_util.h"
@@ -328,6 +329,31 @@ TEST(ChatTemplate, Qwen3TokenizerTemplateRendersAndEncodes) {
   // <|im_start|> user \n Hello world <|im_end|> \n <|im_start|> assistant \n
   EXPECT_EQ(tok.encode(prompt, t.add_special_tokens()),
             (std::vector<int32_t>{151644, 872, 198, 9707, 1879, 151645, 198, 151644, 77091, 198}));
+}
+
+}  // namespace
+}  // namespace rkv
+
+namespace rkv {
+namespace {
+
+// thought_close against what Jinja2 renders between an assistant turn's reasoning_content and
+// its content with each template (python3-jinja2 in transformers' environment, by hand).
+TEST(ChatTemplate, ThoughtCloseIsWhatTheTemplateWritesBetweenReasoningAndAnswer) {
+  RKV_REQUIRE_SHARED(shared);
+  const auto close_of = [&](const std::string& name) {
+    const auto text =
+        read_file(shared / "golden/chat_templates/templates" / (name + ".jinja"), "a template");
+    return thought_close(make_jinja_chat_template(text, name, "<s>", "</s>"));
+  };
+  EXPECT_EQ(close_of("Qwen-Qwen3-0.6B"), "\n</think>\n\n");
+  EXPECT_EQ(close_of("Qwen3.5-4B"), "\n</think>\n\n");
+  EXPECT_EQ(close_of("GLM-4.6"), "</think>\n");
+  // Renders no reasoning_content: DeepSeek-R1's close.
+  EXPECT_EQ(close_of("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"), "\n</think>\n\n");
+  // Writes "</seed:think>\n", which holds no </think>: the default.
+  EXPECT_EQ(close_of("ByteDance-Seed-OSS"), "\n</think>\n\n");
+  EXPECT_EQ(thought_close(make_chat_template(ChatTemplateKind::kChatml)), "\n</think>\n\n");
 }
 
 }  // namespace

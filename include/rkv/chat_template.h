@@ -133,6 +133,13 @@ std::string render_chat(const ChatTemplate& chat_template, const std::vector<Cha
 std::string render_chat(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt);
 
+// How the template closes a thought before the answer: what it writes between an assistant
+// turn's reasoning_content and its content, found by rendering such a turn ("\n</think>\n\n"
+// for Qwen3 and Qwen3.5; "</think>\n" for GLM-4.6). "\n</think>\n\n" (DeepSeek-R1's own
+// close) when the template renders no reasoning_content (the DeepSeek-R1 templates drop it), when
+// what it writes there holds no </think>, or for a built-in family.
+std::string thought_close(const ChatTemplate& chat_template);
+
 // Whether a rendered prompt leaves a reasoning block open: it ends with "<think>", possibly
 // followed by whitespace ("<think>\n": DeepSeek-R1, QwQ). Generation then starts inside the
 // reasoning (the server's reasoning_content split, the engine's reasoning token count).

@@ -104,10 +104,10 @@ struct Request {
   // most likely alternatives.
   int logprobs = -1;
   // -1: none. N >= 0: once the chain of thought (after the prompt opened <think>, or after a
-  // generated <think>) has N tokens, the engine writes thinking_budget_message then
-  // "\n</think>\n\n" (as Qwen3's and DeepSeek-R1's templates close a thought) instead of sampling,
-  // and the answer follows. max_new_tokens still bounds everything generated. Needs a </think>
-  // token.
+  // generated <think>) has N tokens, the engine writes thinking_budget_message then the chat
+  // template's close of a thought (thought_close: "\n</think>\n\n" for Qwen3 and DeepSeek-R1)
+  // instead of sampling, and the answer follows. max_new_tokens still bounds everything
+  // generated. Needs a </think> token.
   int thinking_budget = -1;
   std::string thinking_budget_message;
   CompressionParams compression = CompressionParams::none();
@@ -248,6 +248,7 @@ class Engine {
   ThreadPool& pool_;
   EngineOptions options_;
   ChatTemplate chat_template_;
+  std::string thought_close_;  // thought_close(chat_template_)
   struct Vocab;
   std::unique_ptr<Vocab> vocab_;
   std::unique_ptr<BatchEngine> batch_;

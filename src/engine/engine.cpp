@@ -44,6 +44,7 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, ThreadPool& pool,
   chat_template_ =
       resolve_chat_template(tokenizer_, options_.chat_template, options_.chat_template_text,
                             options_.chat_template_origin);
+  thought_close_ = thought_close(chat_template_);
   if (tokenizer_ != nullptr) {
     vocab_->compression = compression_vocab(*tokenizer_);
     for (int id : tokenizer_->eos_ids())
@@ -236,7 +237,7 @@ PreparedRequest Engine::prepare(Request request) const {
   p.think_start_id = think_start;
   p.think_end_id = vocab.think_end_id;
   if (request.thinking_budget >= 0) {
-    const auto ids = tokenizer_->encode(request.thinking_budget_message + "\n</think>\n\n", false);
+    const auto ids = tokenizer_->encode(request.thinking_budget_message + thought_close_, false);
     p.thinking_close.assign(ids.begin(), ids.end());
   }
   const auto encoded = [&](const std::string& text, const char* what) {

@@ -314,6 +314,26 @@ std::string render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& m
   }
 }
 
+std::string thought_close(const ChatTemplate& t) {
+  static const std::string kDefault = "\n</think>\n\n";
+  if (t.kind != ChatTemplateKind::kJinja) return kDefault;
+  // Marks no template writes itself.
+  const std::string thought = "rkv-thought-mark-5b1f", answer = "rkv-answer-mark-5b1f";
+  ChatMessage turn{"assistant", answer};
+  turn.fields = {{"reasoning_content", thought}};
+  std::string text;
+  try {
+    text = render_chat(t, {{"user", "Hi"}, turn}, false);
+  } catch (const Error&) {
+    return kDefault;
+  }
+  const std::size_t from = text.find(thought);
+  const std::size_t to = from == std::string::npos ? from : text.find(answer, from);
+  if (to == std::string::npos) return kDefault;
+  std::string close = text.substr(from + thought.size(), to - from - thought.size());
+  return close.find("</think>") == std::string::npos ? kDefault : close;
+}
+
 std::string render_chat(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt) {
   return render_chat(make_chat_template(kind), messages, add_generation_prompt);
