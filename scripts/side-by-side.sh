@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# rkv beside llama.cpp on the same GGUF files, on this machine, in one run: the source of the
+# summary table at the top of docs/PERFORMANCE.md.
+#
+#   scripts/side-by-side.sh LLAMA_BENCH [ROUNDS]
+#   scripts/side-by-side.sh /tmp/llama.cpp/build/bin/llama-bench 3
+#
+# Writes the files with `rkv make-model` (random weights of real shapes, which llama.cpp loads as
+# they are), then, for ROUNDS rounds (default 3), alternates per file: llama-bench (pp, then tg at
+# each depth, flash attention off and on, its best of the two), `rkv bench-decode` with the full
+# cache, and `rkv bench-decode` with R-KV at a budget (tg at the depths above the budget). Prints
+# one markdown table of medians over the rounds (the ratio is the median of the per-round
+# ratios), each figure also as a fraction of the machine's limit that rkv measures in the same
+# run (streaming-read bandwidth for decode, the matrix-product peak for prompt processing; a
+# llama.cpp figure's fraction is rkv's scaled by the two engines' speeds, the work per token
+# being the same), and the CPU model, its ISA, both commits and the date.
+#
+# llama.cpp is not part of rkv: fetch and build it yourself, e.g. (docs/PERFORMANCE.md says which
+# build each table used; on a CPU with AMX, build without AMX, whose kernels die with SIGILL on
+# quantized files there):
+#   cmake -S llama.cpp -B llama.cpp/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
+#     -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON \
+#     -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DLLAMA_CURL=OFF
+#   cmake --build llama.cpp/build --target llama-bench -j
+#
+# Environment:
+#   RKV          the rkv binary (default: build/rkv of this repository)
+#   FILES        where the GGUF files are written and kept between runs (default /tmp/rkv-side-by-side)
+#   SHAPES       "shape:type ..." (default "qwen2.5-0.5b:bf16 r1-distill-qwen-1.5b:q4_k_m")
+#   DEPTHS       decode depths (default 0,4096,16384)
+#   N_PROMPT     prompt tokens of the pp test (default 512); N_GEN decoded tokens (default 64)
+#   BUDGET       R-KV's budget for the compressed rows (default 1024; buffer 128)
+#   THREADS      threads of both engines (default: nproc)
+#   LLAMA_COMMIT what to print as llama.cpp's commit (default: what llama-bench reports)
+set -euo pipefail
+if [ $# -lt 1 ]; then
+  sed -n '2,38p' "$0" >&2
+  exit 2
+fi
+llama_bench=$1
+rounds=${2:-3}
+here=$(cd "$(dirname "$0")/.." && pwd)
+rkv=${RKV:-$here/build/rkv}
+files=${FILES:-/tmp/rkv-side-by-side}
+shapes=${SHAPES:-"qwen2.5-0.5b:bf16 r1-distill-qwen-1.5b:q4_k_m"}
+depths=${DEPTHS:-0,4096,16384}
+n_prompt=${N_PROMPT:-512}
+n_gen=${N_GEN:-64}
+budget=${BUDGET:-1024}
+threads=${THREADS:-$(nproc)}
+[ -x "$llama_bench" ] || { echo "side-by-side: $llama_bench is not an executable" >&2; exit 2; }
+[ -x "$rkv" ] || { echo "side-by-side: $rkv is not built (cmake --build build)" >&2; exit 2; }
+mkdir -p "$files"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+# Depths above the budget: where a compressed cache differs from the full one.
+deep=$(python3 -c "import sys; print(','.join(d for d in sys.argv[1].split(',') if int(d) > int(sys.argv[2])))" "$depths" "$budget")
+
+names=()
+for s in $shapes; do
+  shape=${s%%:*} type=${s##*:}
+  file=$files/$shape-$type.gguf
+  if [ ! -s "$file" ]; then
+    echo "side-by-side: writing $file" >&2
+    "$rkv" make-model --shape "$shape" --format gguf --dtype "$type" -o "$file" >&2
+  fi
+  names+=("$shape-$type")
+done
+
+started=$(date -u +%Y-%m-%dT%H:%MZ)
+for ((r = 1; r <= rounds; r++)); do
+  for name in "${names[@]}"; do
+    file=$files/$name.gguf
+    echo "side-by-side: round $r/$rounds, $name: llama.cpp" >&2
+    "$llama_bench" -m "$file" -t "$threads" -p "$n_prompt" -n 0 -fa 0,1 -r 1 -o json \
+      > "$out/$name.llama.pp.$r.json" 2>/dev/null
+    "$llama_bench" -m "$file" -t "$threads" -p 0 -n "$n_gen" -d "$depths" -fa 0,1 -r 1 -o json \
+      > "$out/$name.llama.tg.$r.json" 2>/dev/null
+    echo "side-by-side: round $r/$rounds, $name: rkv" >&2
+    "$rkv" bench-decode -m "$file" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$depths" -r 1 \
+      --device cpu --json "$out/$name.rkv.$r.json" >/dev/null 2>&1
+    if [ -n "$deep" ]; then
+      echo "side-by-side: round $r/$rounds, $name: rkv at budget $budget" >&2
+      "$rkv" bench-decode -m "$file" -t "$threads" -p 0 -n "$n_gen" -d "$deep" -r 1 --no-limits \
+        --device cpu --kv-method rkv --kv-budget "$budget" --kv-buffer 128 \
+        --json "$out/$name.budget.$r.json" >/dev/null 2>&1
+    fi
+  done
+done
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+isa=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
+  grep -xE 'avx2|avx512f|avx512_bf16|avx512_vnni|avx512_fp16|amx_bf16|amx_int8|amx_tile' |
+  tr '\n' ' ' | sed 's/ $//')
+rkv_commit=$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)
+python3 - "$out" "$rounds" "$n_prompt" "$n_gen" "$budget" "$cpu" "$isa" "$rkv_commit" \
+  "${LLAMA_COMMIT:-}" "$threads" "$started" "${names[@]}" <<'EOF'
+import json, statistics, sys
+(out, rounds, n_prompt, n_gen, budget, cpu, isa, rkv_commit, llama_commit, threads,
+ started), names = sys.argv[1:12], sys.argv[12:]
+rounds = int(rounds)
+
+def llama_rows(path):
+    """test name -> best tokens/s over the flash-attention settings of one llama-bench run."""
+    best, commit = {}, None
+    for row in json.load(open(path)):
+        commit = row.get("build_commit", commit)
+        if row["n_prompt"] > 0:
+            key = ("pp%d" % row["n_prompt"], 0)
+        else:
+            key = ("tg%d" % row["n_gen"], row.get("n_depth", 0))
+        best[key] = max(best.get(key, 0.0), row["avg_ts"])
+    return best, commit
+
+def rkv_rows(path):
+    data = json.load(open(path))
+    return {(row["test"], row["depth"] if row["test"].startswith("tg") else 0):
+            (row["tokens_per_second"], row.get("fraction_of_limit")) for row in data["results"]}, data
+
+med = statistics.median
+pct = lambda x: "%.0f%%" % (100 * x) if x is not None else "-"
+limits = None
+table = []
+for name in names:
+    ll, rk, bd = [], [], []
+    for r in range(1, rounds + 1):
+        pp, commit = llama_rows(f"{out}/{name}.llama.pp.{r}.json")
+        tg, _ = llama_rows(f"{out}/{name}.llama.tg.{r}.json")
+        llama_commit = llama_commit or commit
+        ll.append({**pp, **tg})
+        rows, data = rkv_rows(f"{out}/{name}.rkv.{r}.json")
+        limits = limits or data.get("machine_limits")
+        rk.append(rows)
+        try:
+            bd.append(rkv_rows(f"{out}/{name}.budget.{r}.json")[0])
+        except FileNotFoundError:
+            bd.append({})
+    for key in rk[0]:
+        lt = [ll[r][key] for r in range(rounds)]
+        rt = [rk[r][key][0] for r in range(rounds)]
+        fr = [rk[r][key][1] for r in range(rounds)]
+        ratio = med([b / a for a, b in zip(lt, rt)])
+        budget_t = [bd[r][key][0] for r in range(rounds) if key in bd[r]]
+        rf = med(fr) if None not in fr else None
+        lf = rf * med(lt) / med(rt) if rf is not None else None
+        test = key[0] + ("" if key[0].startswith("pp") else " @ %d" % key[1])
+        table.append("| %s | %s | %.1f | %s | %.1f | %s | %.2f | %s |" % (
+            name, test, med(lt), pct(lf), med(rt), pct(rf), ratio,
+            "%.1f" % med(budget_t) if budget_t else "-"))
+print("rkv beside llama.cpp: %s; ISA: %s; %s threads; rkv %s; llama.cpp %s; %s; %d rounds, medians."
+      % (cpu, isa, threads, rkv_commit, llama_commit or "unknown", started, rounds))
+if limits:
+    print("rkv's measured limits (%d threads): streaming read %.1f GB/s; %s %.0f GFLOP/s."
+          % (limits["threads"], limits["read_gb_per_s"], limits["compute"], limits["peak_gflop_per_s"]))
+print()
+print("| file | test | llama.cpp tok/s | of the limit | rkv tok/s | of the limit | rkv / llama.cpp | rkv, R-KV budget %s, tok/s |" % budget)
+print("|---|---|---:|---:|---:|---:|---:|---:|")
+print("\n".join(table))
+EOF
