@@ -366,6 +366,22 @@ TEST_P(MatmulParity, OddShapes) {
 // The blocked GEMM's edges: more input rows than one row block (96 on AVX2), more weight rows
 // than one packed block (256), K over one K block (256 on AVX2, 8192 on AVX512-BF16), each with
 // partial blocks and panels.
+// Where the CPU has AMX-BF16 (and RKV_AMX is not off), the kernel grants the tile state and the
+// bf16 GEMM runs on tiles; the parity tests above then check the tile kernel. ctest also runs
+// them with RKV_AMX=off (Kernels.ParityWithAmxOff).
+TEST(Matmul, AmxRunsWhereTheCpuHasIt) {
+  const char* env = std::getenv("RKV_AMX");
+  const bool off = env != nullptr && (std::string(env) == "off" || std::string(env) == "0");
+  if (off) {
+    EXPECT_FALSE(kernels::amx_enabled());
+    return;
+  }
+  if (kernels::active_isa() != Isa::Avx512Bf16 || !__builtin_cpu_supports("amx-bf16"))
+    GTEST_SKIP() << "this CPU has no AMX-BF16 (or AVX512-BF16 is not the active ISA)";
+  EXPECT_TRUE(kernels::amx_enabled()) << "the kernel refused the AMX tile state";
+  EXPECT_EQ(kernels::kernels_name(), "avx512bf16+amx");
+}
+
 TEST_P(MatmulParity, BlockedGemmShapes) {
   const Isa isa = GetParam();
   if (!kernels::isa_supported(isa)) {
@@ -396,7 +412,7 @@ TEST_P(MatmulParity, ActivationsKeepFloat32Precision) {
   }
   const std::size_t K = 64, N = 16;
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-    for (std::size_t T : {1u, 16u}) {
+    for (std::size_t T : {1u, 16u, 40u}) {  // 40: the GEMM (on AMX tiles where there are)
       std::vector<std::uint16_t> h(N * K,
                                    static_cast<std::uint16_t>(dt == DType::BF16 ? 0x3f80 : 0x3c00));
       std::vector<float> wf(N * K, 1.0f);

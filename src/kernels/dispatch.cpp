@@ -1,11 +1,19 @@
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 #include "core/error.h"
@@ -94,6 +102,57 @@ MatmulRowsFn matmul_rows_for(Isa isa) {
 
 Bf16SplitFn bf16_split_for(Isa isa) {
   return isa == Isa::Avx512Bf16 ? bf16_split_avx512bf16_fn() : nullptr;
+}
+
+namespace {
+
+// CPUID leaf 7: AMX-BF16 (EDX bit 22) and AMX-TILE (EDX bit 24).
+bool cpu_has_amx_bf16() {
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  return (d & (1u << 22)) != 0 && (d & (1u << 24)) != 0;
+#else
+  return false;
+#endif
+}
+
+// Asks Linux for the AMX tile data state (XFEATURE_XTILEDATA, 18) for this process.
+bool request_amx_permission(std::string& why) {
+#if defined(__x86_64__) && defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0) return true;
+  why = std::strerror(errno);
+  return false;
+#else
+  why = "not Linux on x86-64";
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool amx_enabled() {
+  static const bool enabled = [] {
+    if (const char* env = std::getenv("RKV_AMX");
+        env != nullptr && (std::string_view(env) == "off" || std::string_view(env) == "0"))
+      return false;
+    if (active_isa() != Isa::Avx512Bf16 || !cpu_has_amx_bf16()) return false;
+    std::string why;
+    if (request_amx_permission(why)) return true;
+    std::fprintf(stderr,
+                 "rkv: the CPU has AMX, but the kernel refused the tile state (arch_prctl: %s); "
+                 "bf16 prompt processing runs on AVX512-BF16\n",
+                 why.c_str());
+    return false;
+  }();
+  return enabled;
+}
+
+std::string kernels_name() {
+  std::string name(isa_name(active_isa()));
+  return amx_enabled() ? name + "+amx" : name;
 }
 
 Bf16RowsFn bf16_rows_for(Isa isa) {

@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <utility>
 
@@ -395,6 +396,122 @@ void gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const W
   }
 }
 
+// ---- prefill on AMX tiles ---------------------------------------------------------------------
+//
+// The same panels as gemm_rows (pack16_pairs: [k/2][16 * nv] bf16 pairs, K zero-padded to a
+// multiple of 32), which is the layout of TDPBF16PS's B operand: a tile of 16 pair rows (32 of K)
+// by 16 weight rows, read with the panel's row stride. A block of 16 input rows is the A operand,
+// read from the split activations in place (hi, and lo at + kpad), so both precisions keep their
+// arithmetic: C += A_hi . B (+ A_lo . B), products of bf16 exact in f32, accumulated in f32.
+// Tiles: C 0..nv-1 (16 x 16 f32), A_hi 3, A_lo 4, B 5..4+nv.
+
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t rows[16] = {};
+};
+
+void load_tile_config() {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.rows[t] = 16;
+    c.colsb[t] = 64;
+  }
+  _tile_loadconfig(&c);
+}
+
+// C tiles = 16 input rows x the panel's 16 * NV weight rows over kp pairs (a multiple of 16),
+// stored to out (16 rows of 16 * kNv floats).
+template <int NV, bool kLo>
+void amx_block(const std::uint16_t* xs, std::size_t ldx_bytes, std::size_t kpad,
+               const std::uint32_t* b, std::size_t ldb_bytes, std::size_t kp, float* out) {
+  _tile_zero(0);
+  if constexpr (NV > 1) _tile_zero(1);
+  if constexpr (NV > 2) _tile_zero(2);
+  for (std::size_t p = 0; p < kp; p += 16) {
+    const std::uint32_t* bp = b + p * (ldb_bytes / 4);
+    _tile_loadd(3, xs + 2 * p, ldx_bytes);
+    if constexpr (kLo) _tile_loadd(4, xs + kpad + 2 * p, ldx_bytes);
+    _tile_loadd(5, bp, ldb_bytes);
+    _tile_dpbf16ps(0, 3, 5);
+    if constexpr (kLo) _tile_dpbf16ps(0, 4, 5);
+    if constexpr (NV > 1) {
+      _tile_loadd(6, bp + 16, ldb_bytes);
+      _tile_dpbf16ps(1, 3, 6);
+      if constexpr (kLo) _tile_dpbf16ps(1, 4, 6);
+    }
+    if constexpr (NV > 2) {
+      _tile_loadd(7, bp + 32, ldb_bytes);
+      _tile_dpbf16ps(2, 3, 7);
+      if constexpr (kLo) _tile_dpbf16ps(2, 4, 7);
+    }
+  }
+  constexpr std::size_t ldo = 16 * kNv * sizeof(float);
+  _tile_stored(0, out, ldo);
+  if constexpr (NV > 1) _tile_stored(1, out + 16, ldo);
+  if constexpr (NV > 2) _tile_stored(2, out + 32, ldo);
+}
+
+using AmxBlockFn = void (*)(const std::uint16_t*, std::size_t, std::size_t, const std::uint32_t*,
+                            std::size_t, std::size_t, float*);
+
+template <bool kLo>
+AmxBlockFn amx_block_for(std::size_t nv) {
+  static_assert(kNv == 3);
+  return nv == 3 ? &amx_block<3, kLo> : nv == 2 ? &amx_block<2, kLo> : &amx_block<1, kLo>;
+}
+
+thread_local Scratch tls_amx_tail;  // the last block's input rows, zero-padded to 16
+
+template <bool kLo>
+void amx_gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const WeightView& w,
+                   std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
+  const std::size_t K = w.cols;
+  const auto* wb = static_cast<const std::uint16_t*>(w.data);
+  const std::size_t ld = Bf16Activations::row_stride(kpad, kLo);
+  auto* packed = static_cast<std::uint32_t*>(tls_packed.get(
+      (round_up(min_sz(kKc, K), 32) / 2 + 16) * kBf16GemmPanel * sizeof(std::uint32_t)));
+  // The last block of fewer than 16 rows, copied with zero rows after it.
+  const std::size_t tfull = T / 16 * 16;
+  std::uint16_t* tail = nullptr;
+  if (tfull < T) {
+    tail = static_cast<std::uint16_t*>(tls_amx_tail.get(16 * ld * sizeof(std::uint16_t)));
+    std::memset(tail, 0, 16 * ld * sizeof(std::uint16_t));
+    std::memcpy(tail, xs + tfull * ld, (T - tfull) * ld * sizeof(std::uint16_t));
+  }
+  alignas(64) float out[16 * kBf16GemmPanel];
+  load_tile_config();
+  for (std::size_t nb = n0; nb < n1; nb += kBf16GemmPanel) {
+    const std::size_t nr = min_sz(kBf16GemmPanel, n1 - nb);
+    const std::size_t nv = (nr + 15) / 16;
+    const std::size_t ldp = 16 * nv;
+    const AmxBlockFn block = amx_block_for<kLo>(nv);
+    for (std::size_t kc = 0; kc < K; kc += kKc) {
+      const std::size_t kl = min_sz(kKc, K - kc);
+      const std::size_t kp = round_up(kl, 32) / 2;
+      for (std::size_t v = 0; v < nv; ++v)
+        pack16_pairs(wb, K, nb + 16 * v, min_sz(16, nr - 16 * v), kc, kl, packed + 16 * v, ldp);
+      for (std::size_t t0 = 0; t0 < T; t0 += 16) {
+        const std::size_t mr = min_sz(16, T - t0);
+        const std::uint16_t* a = (t0 < tfull ? xs + t0 * ld : tail) + kc;
+        block(a, ld * sizeof(std::uint16_t), kpad, packed, ldp * sizeof(std::uint32_t), kp, out);
+        for (std::size_t i = 0; i < mr; ++i) {
+          float* yr = y + (t0 + i) * ldy + nb;
+          const float* o = out + i * kBf16GemmPanel;
+          if (kc == 0) {
+            std::memcpy(yr, o, nr * sizeof(float));
+          } else {
+            for (std::size_t j = 0; j < nr; ++j) yr[j] += o[j];
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
 // Row `row` of Bf16Activations::data from one row of x: hi, then (when lo) lo.
 void bf16_split_row(const float* x, std::size_t K, bool lo, std::size_t kpad, std::uint16_t* row) {
   split_row(x, K, row, lo ? row + kpad : nullptr, kpad);
@@ -408,7 +525,9 @@ void bf16_rows(const Bf16Activations& x, const WeightView& w, std::size_t n0, st
       for (std::size_t n = n0; n < n1; ++n) y[t * ldy + n] = 0.0f;
     return;
   }
-  if (x.T >= kGemmMinT) {
+  if (x.T >= kGemmMinT && amx_enabled()) {
+    (x.lo ? amx_gemm_rows<true> : amx_gemm_rows<false>)(x.data, x.T, x.kpad, w, n0, n1, y, ldy);
+  } else if (x.T >= kGemmMinT) {
     (x.lo ? gemm_rows<true> : gemm_rows<false>)(x.data, x.T, x.kpad, w, n0, n1, y, ldy);
   } else {
     (x.lo ? gemv_rows<true> : gemv_rows<false>)(x.data, x.T, x.kpad, w, n0, n1, y, ldy);

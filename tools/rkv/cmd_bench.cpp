@@ -146,7 +146,7 @@ void run(const Args& a) {
   std::fprintf(
       stderr, "bench: %s (%s, %d layers), %d threads, kernels %s, matmul precision %s, KV cap %s\n",
       a.model.c_str(), c.architecture_name.c_str(), c.num_layers, a.threads,
-      std::string(kernels::isa_name(kernels::active_isa())).c_str(), a.matmul_precision.c_str(),
+      kernels::kernels_name().c_str(), a.matmul_precision.c_str(),
       cap ? format_bytes(static_cast<double>(cap)).c_str() : "none");
   std::fprintf(stderr,
                "bench: KV cache %s: %zu bytes per cached token (keys %zu, values %zu, positions "
@@ -197,7 +197,7 @@ void run(const Args& a) {
                        {"threads", a.threads},
                        {"kv_memory_bytes", cap},
                        {"kv", kv_settings},
-                       {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
+                       {"kernels", kernels::kernels_name()},
                        {"matmul_precision", a.matmul_precision},
                        {"attention_precision", a.attention_precision},
                        {"kv_dtype", std::string(kv_dtype_name(kv_dtype))}};
@@ -407,7 +407,7 @@ void run(const Args& a) {
       latency.push_back({{"name", s.name}, {"position", s.x}, {"ms_per_token", s.y}});
     nlohmann::json out = {{"model", a.model},
                           {"threads", a.threads},
-                          {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
+                          {"kernels", kernels::kernels_name()},
                           {"matmul_precision", a.matmul_precision},
                           {"attention_precision", a.attention_precision},
                           {"kv_memory_bytes", cap},

@@ -106,7 +106,7 @@ void setup(CLI::App& app) {
                  args->threads,
                  model->device() == Device::Cuda
                      ? "cuda"
-                     : std::string(kernels::isa_name(kernels::active_isa())).c_str(),
+                     : kernels::kernels_name().c_str(),
                  args->matmul_precision.c_str());
     std::optional<kernels::MachineLimits> limits;
     if (!args->no_limits && model->device() == Device::Cuda) {
@@ -252,7 +252,7 @@ void setup(CLI::App& app) {
                             {"matmul_bytes", matmuls.bytes},
                             {"head_params", matmuls.head_params},
                             {"threads", args->threads},
-                            {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
+                            {"kernels", kernels::kernels_name()},
                             {"device", std::string(device_name(model->device()))},
                             {"matmul_precision", args->matmul_precision},
                             {"attention_precision", args->attention_precision},
