@@ -2,7 +2,7 @@
 // 16K generated tokens on a 28-layer, 2-KV-head model (the DeepSeek-R1-Distill-Qwen-1.5B
 // shape) compressed to budget 1024 every 128 tokens, drawn by `rkv viz`, opened in Debian's
 // headless chromium. Prints the trace size, rkv viz's time, the page's load time and the
-// slider's response time (docs/PERFORMANCE.md). A benchmark, not a test.
+// slider's response time (docs/PERFORMANCE-LOG.md). A benchmark, not a test.
 //
 //   node bench/viz_page.mjs [--tokens 16384] [--layers 28] [--heads 2] [--budget 1024]
 //                           [--every 128] [--moves 20]

@@ -65,7 +65,7 @@ case "$stage" in
     python3 tools/gpu/hf_generate.py $model --batch 1 64 --prompt-len 128 --gen-len 512 --json \
       | tee "$out/hf-8b.log"
     # R-KV Table 1's FullKV row at 16K generated tokens, as many sequences as fit, in a steady state
-    # (a whole run outlasts a command; docs/PERFORMANCE.md, "Steady state").
+    # (a whole run outlasts a command; docs/PERFORMANCE-LOG.md, "Steady state").
     gpu-bin/rkv bench -m $model --device cuda --prompt-len 128 --gen-lens 16384 --methods fullkv \
       --batch 1,max --kv-dtype bf16 --steady-state 200 --json "$out/table1-fullkv-16k.json" \
       | tee "$out/table1-fullkv-16k.md"

@@ -8,7 +8,8 @@
 # Writes the files with `rkv make-model` (random weights of real shapes, which llama.cpp loads as
 # they are), then, for ROUNDS rounds (default 3), alternates per file: llama-bench (pp, then tg at
 # each depth, flash attention off and on, its best of the two), `rkv bench-decode` with the full
-# cache, and `rkv bench-decode` with R-KV at a budget (tg at the depths above the budget). Prints
+# cache, for a bf16 or f16 file also in the llama.cpp-precision mode (--matmul-precision llamacpp,
+# pp), and `rkv bench-decode` with R-KV at a budget (tg at the depths above the budget). Prints
 # one markdown table of medians over the rounds (the ratio is the median of the per-round
 # ratios), each figure also as a fraction of the machine's limit that rkv measures in the same
 # run (streaming-read bandwidth for decode, the matrix-product peak for prompt processing; a
@@ -80,6 +81,13 @@ for ((r = 1; r <= rounds; r++)); do
     echo "side-by-side: round $r/$rounds, $name: rkv" >&2
     "$rkv" bench-decode -m "$file" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$depths" -r 1 \
       --device cpu --json "$out/$name.rkv.$r.json" >/dev/null 2>&1
+    case $name in
+      *-bf16 | *-f16)
+        echo "side-by-side: round $r/$rounds, $name: rkv, llama.cpp precision" >&2
+        "$rkv" bench-decode -m "$file" -t "$threads" -p "$n_prompt" -n 0 -r 1 --no-limits \
+          --device cpu --matmul-precision llamacpp --json "$out/$name.rounded.$r.json" >/dev/null 2>&1
+        ;;
+    esac
     if [ -n "$deep" ]; then
       echo "side-by-side: round $r/$rounds, $name: rkv at budget $budget" >&2
       "$rkv" bench-decode -m "$file" -t "$threads" -p 0 -n "$n_gen" -d "$deep" -r 1 --no-limits \
@@ -123,7 +131,7 @@ pct = lambda x: "%.0f%%" % (100 * x) if x is not None else "-"
 limits = None
 table = []
 for name in names:
-    ll, rk, bd = [], [], []
+    ll, rk, bd, rd = [], [], [], []
     for r in range(1, rounds + 1):
         pp, commit = llama_rows(f"{out}/{name}.llama.pp.{r}.json")
         tg, _ = llama_rows(f"{out}/{name}.llama.tg.{r}.json")
@@ -132,10 +140,11 @@ for name in names:
         rows, data = rkv_rows(f"{out}/{name}.rkv.{r}.json")
         limits = limits or data.get("machine_limits")
         rk.append(rows)
-        try:
-            bd.append(rkv_rows(f"{out}/{name}.budget.{r}.json")[0])
-        except FileNotFoundError:
-            bd.append({})
+        for extra, runs in (("budget", bd), ("rounded", rd)):
+            try:
+                runs.append(rkv_rows(f"{out}/{name}.{extra}.{r}.json")[0])
+            except FileNotFoundError:
+                runs.append({})
     for key in rk[0]:
         lt = [ll[r][key] for r in range(rounds)]
         rt = [rk[r][key][0] for r in range(rounds)]
@@ -148,6 +157,12 @@ for name in names:
         table.append("| %s | %s | %.1f | %s | %.1f | %s | %.2f | %s |" % (
             name, test, med(lt), pct(lf), med(rt), pct(rf), ratio,
             "%.1f" % med(budget_t) if budget_t else "-"))
+        if key in rd[0]:
+            qt = [rd[r][key][0] for r in range(rounds)]
+            qf = rf * med(qt) / med(rt) if rf is not None else None
+            table.append("| %s | %s, rkv `--matmul-precision llamacpp` | %.1f | %s | %.1f | %s | %.2f | - |" % (
+                name, test, med(lt), pct(lf), med(qt), pct(qf),
+                med([b / a for a, b in zip(lt, qt)])))
 print("rkv beside llama.cpp: %s; ISA: %s; %s threads; rkv %s; llama.cpp %s; %s; %d rounds, medians."
       % (cpu, isa, threads, rkv_commit, llama_commit or "unknown", started, rounds))
 if limits:

@@ -452,7 +452,7 @@ double relative_logit_error(const std::vector<float>& got, const std::vector<flo
   return diff / scale;
 }
 
-// The bound of a q8_0 cache (docs/PERFORMANCE.md), from what it measured on 2026-11-23 on the
+// The bound of a q8_0 cache (docs/PERFORMANCE-LOG.md), from what it measured on 2026-11-23 on the
 // checkpoints of head size 32 (max |diff| / max |f32 logit|: 0.0066 on qwen3_qknorm_f32, 0.0072
 // on the self-made tiny one; bf16 measured 0.0014-0.0023, f16 0.00017-0.0003), with about 3x
 // room.
@@ -497,7 +497,7 @@ INSTANTIATE_TEST_SUITE_P(Checkpoints, KvDtypeLogits,
 // The llama.cpp-precision mode (--matmul-precision llamacpp: activations rounded to bf16 before
 // each product with bf16 weights) on the bf16 checkpoints of ../shared, with an f32 cache: the
 // logits move from the exact mode's by at most kLlamaCppPrecisionBound relative to the largest
-// logit (measured 2026-11-24, docs/PERFORMANCE.md; about 3x room), and by something.
+// logit (measured 2026-11-24, docs/PERFORMANCE-LOG.md; about 3x room), and by something.
 constexpr double kLlamaCppPrecisionBound = 2e-2;
 
 TEST(MatmulPrecisionLogits, LlamaCppModeWithinItsBoundOfExact) {

@@ -3,7 +3,7 @@
 //
 // By default the file is read once into anonymous memory backed by transparent huge pages:
 // decode streams every weight once per token, and on 4 KiB page-cache pages the TLB misses cost
-// about half the decode speed (measured in docs/PERFORMANCE.md). RKV_LOAD_MODE=mmap maps the
+// about half the decode speed (measured in docs/PERFORMANCE-LOG.md). RKV_LOAD_MODE=mmap maps the
 // file instead (for models larger than the free memory; pages load on first use).
 #pragma once
 

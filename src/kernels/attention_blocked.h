@@ -25,7 +25,7 @@ namespace {
 constexpr int kGroup = 8;     // heads per pass over a transposed key block
 constexpr int kPvChunk = 64;  // values per chunk of the output pass (16 KiB at d = 64)
 // Cache rows prefetched ahead of the one read. The hardware prefetcher alone left the kernel
-// waiting on memory (measured: rkv_bench --benchmark_filter=Attention, docs/PERFORMANCE.md).
+// waiting on memory (measured: rkv_bench --benchmark_filter=Attention, docs/PERFORMANCE-LOG.md).
 constexpr std::size_t kPrefetchRows = 64;
 
 // Kernel::scores_block for gb <= GB heads.

@@ -35,7 +35,7 @@ namespace {
 
 // Rows from which the packed GEMM is used. Decode batches below it take the GEMV (f16 weights:
 // batch 9, 16 and 33 measured 102%, 93% and 61% faster through the GEMV than through the GEMM,
-// docs/PERFORMANCE.md 2026-11-23); prefill chunks keep the GEMM.
+// docs/PERFORMANCE-LOG.md 2026-11-23); prefill chunks keep the GEMM.
 constexpr std::size_t kGemmMinT = 34;
 constexpr std::size_t kKc = 256;  // K block of the GEMM (multiple of 8)
 constexpr int kMr = 6;            // input rows per GEMM micro-kernel

@@ -50,7 +50,7 @@ Bf16RowsFn bf16_rows_avx512bf16_fn();
 namespace {
 
 // Rows from which the packed GEMM is used. Decode batches measured faster through the GEMV at
-// 9, 16 and 33 rows (Qwen2.5-0.5B shapes, docs/PERFORMANCE.md 2026-11-23); larger blocks
+// 9, 16 and 33 rows (Qwen2.5-0.5B shapes, docs/PERFORMANCE-LOG.md 2026-11-23); larger blocks
 // (prefill chunks) keep the GEMM.
 constexpr std::size_t kGemmMinT = kBf16GemmMinT;
 // K block of the GEMM (a multiple of 32). Large enough that no K of the shapes measured is
@@ -266,7 +266,7 @@ void gemv_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const W
   // Blocks of kNb weight rows, each read from memory once and reused from cache by every group
   // of 4 input rows. The tiles prefetch the next block while they work on this one: with a
   // shorter distance (768 bytes along the same row) decode measured 11% slower at batch 1 and
-  // 28% at batch 7 (docs/PERFORMANCE.md, 2026-11-23), stalled at the start of every block.
+  // 28% at batch 7 (docs/PERFORMANCE-LOG.md, 2026-11-23), stalled at the start of every block.
   constexpr std::size_t kNb = 8;
   const std::size_t pf = kNb * K;
   for (std::size_t nb = n0; nb < n1; nb += kNb) {

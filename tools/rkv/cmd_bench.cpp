@@ -454,7 +454,7 @@ void setup(CLI::App& app) {
                   "Measure each batch in N timed steps of a steady state instead of a whole run: "
                   "the sequences start at staggered depths (as if a long continuous run were "
                   "under way), finished ones are replaced by new ones, compressions included "
-                  "(docs/PERFORMANCE.md shows it agreeing with whole runs). 0: whole runs")
+                  "(docs/PERFORMANCE-LOG.md shows it agreeing with whole runs). 0: whole runs")
       ->check(at_least(0));
   add_flag_option(app, "--markdown", a->markdown_out, "Write the table to this Markdown file");
   add_flag_option(
