@@ -104,9 +104,7 @@ void setup(CLI::App& app) {
                  "precision: %s\n",
                  args->model.c_str(), c.architecture_name.c_str(), c.num_layers, c.hidden_size,
                  args->threads,
-                 model->device() == Device::Cuda
-                     ? "cuda"
-                     : kernels::kernels_name().c_str(),
+                 model->device() == Device::Cuda ? "cuda" : kernels::kernels_name().c_str(),
                  args->matmul_precision.c_str());
     std::optional<kernels::MachineLimits> limits;
     if (!args->no_limits && model->device() == Device::Cuda) {
