@@ -25,13 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + path.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using rkv::test::read_text;
 
 // A random-weight checkpoint of `shape` in `dir` whose tokenizer_config.json chat_template is
 // `chat_template` (removed when empty).

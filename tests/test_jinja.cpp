@@ -21,13 +21,7 @@ using rkv::jinja::Template;
 using rkv::jinja::Value;
 using ojson = nlohmann::ordered_json;
 
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + p.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using rkv::test::read_text;
 
 RenderOptions golden_options() {
   RenderOptions o;

@@ -33,12 +33,7 @@ std::string refused_param(const std::string& body) {
   return "accepted";
 }
 
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::read_text;
 
 // A conversation of the corpus in the form OpenAI's clients send it: each call's arguments as
 // JSON text (json.dumps' separators), not an object.

@@ -539,13 +539,7 @@ TEST(ToolCallsFormats, OpeningsWithoutATemplateVariant) {
 
 // ---- the golden chat templates -----------------------------------------------------------------
 
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + p.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using rkv::test::read_text;
 
 // What every template of the corpus teaches (templates/ and templates_extra/).
 const std::map<std::string, ToolCallFormat>& expected_formats() {

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,15 @@ inline std::filesystem::path shared_dir() {
   std::filesystem::path p = RKV_DEFAULT_SHARED_DIR;
   if (std::filesystem::exists(p)) return std::filesystem::weakly_canonical(p);
   return {};
+}
+
+// A whole file's bytes.
+inline std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path.string());
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 inline nlohmann::json read_json(const std::filesystem::path& path) {
