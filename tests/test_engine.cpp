@@ -162,12 +162,10 @@ TEST_F(EngineTest, LogprobsAreTheLogSoftmaxOfTheModelsLogits) {
 // template, the tokenizer and the engine; what is random: the weights, so the test checks where
 // the closing tokens land, not what the model says.
 TEST(ThinkingBudget, ClosesTheThoughtAfterNTokensAndTheAnswerFollows) {
-  test::TempDir dir("thinking-budget");
-  test::write_r1_checkpoint(dir.path());
-  auto model = Model::load(dir.path());
-  const Tokenizer tokenizer = Tokenizer::load(dir.path());
+  const test::R1Checkpoint r1("thinking-budget");
+  const Tokenizer& tokenizer = r1.tokenizer;
   ThreadPool pool(2);
-  Engine engine(*model, &tokenizer, pool);
+  Engine engine(*r1.model, &tokenizer, pool);
   const int think_end = tokenizer.token_id("</think>");
   ASSERT_GE(think_end, 0);
   for (const std::string& message : {std::string(), std::string(" Time to answer.")}) {
@@ -229,12 +227,9 @@ TEST(ThinkingBudget, ClosesTheThoughtAfterNTokensAndTheAnswerFollows) {
 // the script's tokens are written where the engine would sample, then an end-of-sequence token;
 // the prefix is written right after the thought's </think>, and takes nothing from the script.
 TEST(ScriptedReply, WritesTheScriptThenEndsAndTheAnswerPrefixFollowsTheThought) {
-  test::TempDir dir("scripted-reply");
-  test::write_r1_checkpoint(dir.path());
-  auto model = Model::load(dir.path());
-  const Tokenizer tokenizer = Tokenizer::load(dir.path());
+  const test::R1Checkpoint r1("scripted-reply");
   ThreadPool pool(2);
-  Engine engine(*model, &tokenizer, pool);
+  Engine engine(*r1.model, &r1.tokenizer, pool);
   Request r;
   r.messages = {{"user", "What is 2+2?"}};
   r.max_new_tokens = 200;

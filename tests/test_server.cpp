@@ -596,12 +596,9 @@ TEST_F(ServerTest, VizKeepsTheTracesOfTheLastRequests) {
 TEST(ServerReasoning, TheChainOfThoughtGoesToReasoningContent) {
   // A model with DeepSeek-R1's template: the prompt opens <think>, so its output is reasoning
   // until </think>; random weights rarely write </think>, and the split follows either way.
-  test::TempDir dir("r1");
-  test::write_r1_checkpoint(dir.path());
-  auto model = Model::load(dir.path());
-  const Tokenizer tokenizer = Tokenizer::load(dir.path());
+  const test::R1Checkpoint r1("r1");
   ThreadPool pool(2);
-  Engine engine(*model, &tokenizer, pool);
+  Engine engine(*r1.model, &r1.tokenizer, pool);
   engine.start();
   ServerOptions o;
   o.port = 0;

@@ -203,13 +203,8 @@ ChoiceOutput::Delta run(const ChoiceOutput::Setup& setup, const std::string& tex
                         std::size_t piece) {
   ChoiceOutput out(setup);
   ChoiceOutput::Delta all;
-  auto add = [&](ChoiceOutput::Delta d) {
-    all.reasoning += d.reasoning;
-    all.content += d.content;
-    for (auto& c : d.calls) all.calls.push_back(std::move(c));
-  };
-  for (std::size_t i = 0; i < text.size(); i += piece) add(out.push(text.substr(i, piece)));
-  add(out.finish());
+  for (std::size_t i = 0; i < text.size(); i += piece) all.append(out.push(text.substr(i, piece)));
+  all.append(out.finish());
   EXPECT_EQ(out.calls(), static_cast<int>(all.calls.size()));
   return all;
 }

@@ -17,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "model/model.h"
 #include "model/random_checkpoint.h"
+#include "rkv/tokenizer.h"
 
 namespace rkv::test {
 
@@ -107,6 +109,22 @@ inline void write_r1_checkpoint(const std::filesystem::path& dir) {
   o.seed = 3;
   rkv::write_random_checkpoint(dir, o);
 }
+
+// write_r1_checkpoint's checkpoint in a directory of its own, loaded: a model whose chat prompts
+// open <think> (DeepSeek-R1's template), with its tokenizer.
+struct R1Checkpoint {
+  explicit R1Checkpoint(const std::string& tag)
+      : dir(tag), model(written(dir)), tokenizer(Tokenizer::load(dir.path())) {}
+  TempDir dir;
+  std::unique_ptr<Model> model;
+  Tokenizer tokenizer;
+
+ private:
+  static std::unique_ptr<Model> written(const TempDir& d) {
+    write_r1_checkpoint(d.path());
+    return Model::load(d.path());
+  }
+};
 
 // The repository: where it was built, or $RKV_SOURCE_DIR (the GPU tests run from a copy of the
 // working tree on another machine: scripts/gpu-check.sh).

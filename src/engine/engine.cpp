@@ -236,15 +236,15 @@ PreparedRequest Engine::prepare(Request request) const {
       opens_think || (think_start >= 0 && !p.prompt.empty() && p.prompt.back() == think_start);
   p.think_start_id = think_start;
   p.think_end_id = vocab.think_end_id;
-  if (request.thinking_budget >= 0) {
-    const auto ids = tokenizer_->encode(request.thinking_budget_message + thought_close_, false);
-    p.thinking_close.assign(ids.begin(), ids.end());
-  }
+  // Text the engine writes instead of sampling, as token ids.
   const auto encoded = [&](const std::string& text, const char* what) {
     if (tokenizer_ == nullptr) throw Error(std::string(what) + " needs a tokenizer");
     const auto ids = tokenizer_->encode(text, false);
     return std::vector<int>(ids.begin(), ids.end());
   };
+  if (request.thinking_budget >= 0)
+    p.thinking_close =
+        encoded(request.thinking_budget_message + thought_close_, "a thinking budget");
   if (!request.answer_prefix.empty())
     p.answer_prefix = encoded(request.answer_prefix, "an answer prefix");
   if (request.scripted_reply) {

@@ -362,38 +362,50 @@ const std::array<MicroFn, kMr>& micro_for(int nv) {
   return nv == 3 ? kMicro<3, kLo> : nv == 2 ? kMicro<2, kLo> : kMicro<1, kLo>;
 }
 
-template <bool kLo>
-void gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const WeightView& w,
-               std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
+// The packed GEMM's outer loops, shared by the vector and the tile kernels: panel by panel of
+// kBf16GemmPanel weight rows of [n0, n1), each over the whole of K (in blocks of kKc only past
+// it), so that a panel's outputs are written once; each block is packed once into the thread's
+// scratch and handed to `block(nb, nr, nv, kc, kl, packed)`, which multiplies every input row by
+// it. (K blocks of 256 outermost, as before, streamed every panel's outputs through memory once
+// per block: one thread's pp512 was 211-217 tokens/s that way against 225-234 a panel at a time
+// with blocks of 256, alternating, 2026-11-25.)
+template <class Block>
+void for_each_packed_block(const WeightView& w, std::size_t n0, std::size_t n1, Block&& block) {
   const std::size_t K = w.cols;
   const auto* wb = static_cast<const std::uint16_t*>(w.data);
-  // Row t of xs as 32-bit pairs: hi at t * ld32, lo (kLo) at + kpad / 2.
-  const auto* xs32 = reinterpret_cast<const std::uint32_t*>(xs);
-  const std::size_t ld32 = Bf16Activations::row_stride(kpad, kLo) / 2;
   auto* packed = static_cast<std::uint32_t*>(tls_packed.get(
       (round_up(min_sz(kKc, K), 32) / 2 + 16) * kBf16GemmPanel * sizeof(std::uint32_t)));
-  // Panel by panel, each over the whole of K (in blocks of kKc only past it), so that a panel's
-  // outputs are written once. (K blocks of 256 outermost, as before, streamed every panel's
-  // outputs through memory once per block: one thread's pp512 was 211-217 tokens/s that way
-  // against 225-234 a panel at a time with blocks of 256, alternating, 2026-11-25.)
   for (std::size_t nb = n0; nb < n1; nb += kBf16GemmPanel) {
     const std::size_t nr = min_sz(kBf16GemmPanel, n1 - nb);
     const std::size_t nv = (nr + 15) / 16;
-    const std::size_t ldp = 16 * nv;
-    const __mmask16 lastm = tail_mask16(nr - 16 * (nv - 1));
-    const std::array<MicroFn, kMr>& table = micro_for<kLo>(static_cast<int>(nv));
     for (std::size_t kc = 0; kc < K; kc += kKc) {
       const std::size_t kl = min_sz(kKc, K - kc);
-      const std::size_t kp = (kl + 1) / 2;
       for (std::size_t v = 0; v < nv; ++v)
-        pack16_pairs(wb, K, nb + 16 * v, min_sz(16, nr - 16 * v), kc, kl, packed + 16 * v, ldp);
-      for (std::size_t t0 = 0; t0 < T; t0 += kMr) {
-        const std::size_t mr = min_sz(kMr, T - t0);
-        table[mr - 1](xs32 + t0 * ld32 + kc / 2, ld32, kpad / 2, packed, kp, y + t0 * ldy + nb, ldy,
-                      lastm, kc > 0);
-      }
+        pack16_pairs(wb, K, nb + 16 * v, min_sz(16, nr - 16 * v), kc, kl, packed + 16 * v, 16 * nv);
+      block(nb, nr, nv, kc, kl, static_cast<const std::uint32_t*>(packed));
     }
   }
+}
+
+template <bool kLo>
+void gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const WeightView& w,
+               std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
+  // Row t of xs as 32-bit pairs: hi at t * ld32, lo (kLo) at + kpad / 2.
+  const auto* xs32 = reinterpret_cast<const std::uint32_t*>(xs);
+  const std::size_t ld32 = Bf16Activations::row_stride(kpad, kLo) / 2;
+  for_each_packed_block(w, n0, n1,
+                        [&](std::size_t nb, std::size_t nr, std::size_t nv, std::size_t kc,
+                            std::size_t kl, const std::uint32_t* packed) {
+                          const __mmask16 lastm = tail_mask16(nr - 16 * (nv - 1));
+                          const std::array<MicroFn, kMr>& table =
+                              micro_for<kLo>(static_cast<int>(nv));
+                          const std::size_t kp = (kl + 1) / 2;
+                          for (std::size_t t0 = 0; t0 < T; t0 += kMr) {
+                            const std::size_t mr = min_sz(kMr, T - t0);
+                            table[mr - 1](xs32 + t0 * ld32 + kc / 2, ld32, kpad / 2, packed, kp,
+                                          y + t0 * ldy + nb, ldy, lastm, kc > 0);
+                          }
+                        });
 }
 
 // ---- prefill on AMX tiles ---------------------------------------------------------------------
@@ -468,11 +480,7 @@ thread_local Scratch tls_amx_tail;  // the last block's input rows, zero-padded 
 template <bool kLo>
 void amx_gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const WeightView& w,
                    std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
-  const std::size_t K = w.cols;
-  const auto* wb = static_cast<const std::uint16_t*>(w.data);
   const std::size_t ld = Bf16Activations::row_stride(kpad, kLo);
-  auto* packed = static_cast<std::uint32_t*>(tls_packed.get(
-      (round_up(min_sz(kKc, K), 32) / 2 + 16) * kBf16GemmPanel * sizeof(std::uint32_t)));
   // The last block of fewer than 16 rows, copied with zero rows after it.
   const std::size_t tfull = T / 16 * 16;
   std::uint16_t* tail = nullptr;
@@ -483,32 +491,27 @@ void amx_gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, con
   }
   alignas(64) float out[16 * kBf16GemmPanel];
   load_tile_config();
-  for (std::size_t nb = n0; nb < n1; nb += kBf16GemmPanel) {
-    const std::size_t nr = min_sz(kBf16GemmPanel, n1 - nb);
-    const std::size_t nv = (nr + 15) / 16;
-    const std::size_t ldp = 16 * nv;
-    const AmxBlockFn block = amx_block_for<kLo>(nv);
-    for (std::size_t kc = 0; kc < K; kc += kKc) {
-      const std::size_t kl = min_sz(kKc, K - kc);
-      const std::size_t kp = round_up(kl, 32) / 2;
-      for (std::size_t v = 0; v < nv; ++v)
-        pack16_pairs(wb, K, nb + 16 * v, min_sz(16, nr - 16 * v), kc, kl, packed + 16 * v, ldp);
-      for (std::size_t t0 = 0; t0 < T; t0 += 16) {
-        const std::size_t mr = min_sz(16, T - t0);
-        const std::uint16_t* a = (t0 < tfull ? xs + t0 * ld : tail) + kc;
-        block(a, ld * sizeof(std::uint16_t), kpad, packed, ldp * sizeof(std::uint32_t), kp, out);
-        for (std::size_t i = 0; i < mr; ++i) {
-          float* yr = y + (t0 + i) * ldy + nb;
-          const float* o = out + i * kBf16GemmPanel;
-          if (kc == 0) {
-            std::memcpy(yr, o, nr * sizeof(float));
-          } else {
-            for (std::size_t j = 0; j < nr; ++j) yr[j] += o[j];
-          }
-        }
-      }
-    }
-  }
+  for_each_packed_block(w, n0, n1,
+                        [&](std::size_t nb, std::size_t nr, std::size_t nv, std::size_t kc,
+                            std::size_t kl, const std::uint32_t* packed) {
+                          const AmxBlockFn block = amx_block_for<kLo>(nv);
+                          const std::size_t kp = round_up(kl, 32) / 2;
+                          for (std::size_t t0 = 0; t0 < T; t0 += 16) {
+                            const std::size_t mr = min_sz(16, T - t0);
+                            const std::uint16_t* a = (t0 < tfull ? xs + t0 * ld : tail) + kc;
+                            block(a, ld * sizeof(std::uint16_t), kpad, packed,
+                                  16 * nv * sizeof(std::uint32_t), kp, out);
+                            for (std::size_t i = 0; i < mr; ++i) {
+                              float* yr = y + (t0 + i) * ldy + nb;
+                              const float* o = out + i * kBf16GemmPanel;
+                              if (kc == 0) {
+                                std::memcpy(yr, o, nr * sizeof(float));
+                              } else {
+                                for (std::size_t j = 0; j < nr; ++j) yr[j] += o[j];
+                              }
+                            }
+                          }
+                        });
   _tile_release();
 }
 

@@ -33,6 +33,12 @@ ChoiceOutput::ChoiceOutput(const Setup& setup)
   if (split_reasoning_ && !harmony) splitter_.emplace(setup.starts_in_reasoning);
 }
 
+void ChoiceOutput::Delta::append(Delta later) {
+  reasoning += later.reasoning;
+  content += later.content;
+  for (ToolCallOut& c : later.calls) calls.push_back(std::move(c));
+}
+
 ChoiceOutput::Delta ChoiceOutput::take(ToolCallParser::Delta d) {
   Delta out;
   out.reasoning = std::move(d.reasoning);
@@ -52,12 +58,7 @@ ChoiceOutput::Delta ChoiceOutput::take(ToolCallParser::Delta d) {
 ChoiceOutput::Delta ChoiceOutput::through_tools(ReasoningSplitter::Delta d, bool final) {
   if (!tools_) return {std::move(d.reasoning), std::move(d.content), {}};
   Delta out = take(tools_->push(d.content));
-  if (final) {
-    Delta tail = take(tools_->finish());
-    out.reasoning += tail.reasoning;
-    out.content += tail.content;
-    for (auto& c : tail.calls) out.calls.push_back(std::move(c));
-  }
+  if (final) out.append(take(tools_->finish()));
   out.reasoning = d.reasoning + out.reasoning;
   return out;
 }

@@ -36,6 +36,8 @@ class ChoiceOutput {
     std::string reasoning;
     std::string content;
     std::vector<ToolCallOut> calls;
+    // What `later` adds after this: its texts appended, its calls after these.
+    void append(Delta later);
   };
   Delta push(std::string_view text);
   Delta finish();

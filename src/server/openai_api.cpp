@@ -118,27 +118,23 @@ ChatMessage chat_message(const json& m, const nlohmann::ordered_json& ordered, s
                              ".role' must be system, developer, user, assistant or tool, got '" +
                              role + "'");
   ChatMessage out{role, message_content(m.value("content", json()), i)};
-  auto string_field = [&](const char* name) {
+  // A string field of the message, given to the template as `key` (out.fields, null until then,
+  // becomes an object at its first key).
+  auto string_field = [&](const char* name, const char* key) {
     const json* v = field(m, name);
     if (v == nullptr) return;
     if (!v->is_string()) bad(param + "." + name, "'" + param + "." + name + "' must be a string");
-    if (out.fields.is_null()) out.fields = nlohmann::ordered_json::object();
-    out.fields[name] = v->get<std::string>();
+    out.fields[key] = v->get<std::string>();
   };
   if (role == "tool") {
-    string_field("tool_call_id");
-    string_field("name");
+    string_field("tool_call_id", "tool_call_id");
+    string_field("name", "name");
   }
   if (role != "assistant") return out;
   // The chain of thought of an earlier turn, under either name (templates read
   // reasoning_content).
-  for (const char* name : {"reasoning_content", "reasoning"}) {
-    const json* v = field(m, name);
-    if (v == nullptr) continue;
-    if (!v->is_string()) bad(param + "." + name, "'" + param + "." + name + "' must be a string");
-    if (out.fields.is_null()) out.fields = nlohmann::ordered_json::object();
-    out.fields["reasoning_content"] = v->get<std::string>();
-  }
+  string_field("reasoning_content", "reasoning_content");
+  string_field("reasoning", "reasoning_content");
   const json* calls = field(m, "tool_calls");
   if (calls == nullptr) return out;
   if (!calls->is_array()) bad(param + ".tool_calls", "'" + param + ".tool_calls' must be an array");
@@ -167,7 +163,6 @@ ChatMessage chat_message(const json& m, const nlohmann::ordered_json& ordered, s
     if (arguments.is_null()) arguments = nlohmann::ordered_json::object();
     list.push_back(std::move(call));
   }
-  if (out.fields.is_null()) out.fields = nlohmann::ordered_json::object();
   out.fields["tool_calls"] = std::move(list);
   return out;
 }
@@ -367,6 +362,10 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
                                        const RequestDefaults& defaults, std::uint64_t random_seed) {
   const json j = parse_request_json(body);
 
+  // For chat, the same body with its keys in the order sent: what the template sees (tojson of a
+  // tool schema prints its keys in that order, as transformers does with the client's dicts).
+  const auto ordered = chat ? nlohmann::ordered_json::parse(body) : nlohmann::ordered_json();
+
   ParsedRequest out;
   out.chat = chat;
   Request& r = out.request;
@@ -379,9 +378,6 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
     if (messages == nullptr) bad("messages", "'messages' is required");
     if (!messages->is_array() || messages->empty())
       bad("messages", "'messages' must be a non-empty array");
-    // The same body with its keys in the order sent: what the template sees (tojson of a tool
-    // schema prints its keys in that order, as transformers does with the client's dicts).
-    const auto ordered = nlohmann::ordered_json::parse(body);
     for (std::size_t i = 0; i < messages->size(); ++i)
       r.messages.push_back(chat_message((*messages)[i], ordered["messages"][i], i));
     parse_tools(j, ordered, out);
@@ -551,7 +547,7 @@ ParsedRequest parse_completion_request(const std::string& body, bool chat,
     if (!kwargs->is_object())
       bad("chat_template_kwargs",
           "'chat_template_kwargs' must be an object such as {\"enable_thinking\": false}");
-    r.chat_template_kwargs = nlohmann::ordered_json::parse(body)["chat_template_kwargs"];
+    r.chat_template_kwargs = ordered["chat_template_kwargs"];
   }
   if (const json* effort = field(j, "reasoning_effort")) {
     // OpenAI's top-level field, given to the template as gpt-oss's template reads it (a

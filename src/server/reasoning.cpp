@@ -2,20 +2,14 @@
 
 #include <algorithm>
 
+#include "server/markers.h"
+
 namespace rkv::server {
 
 namespace {
 
 constexpr std::string_view kOpen = "<think>";
 constexpr std::string_view kClose = "</think>";
-
-// The length of the longest suffix of `text` that is a proper prefix of `marker`.
-std::size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
-  const std::size_t most = std::min(text.size(), marker.size() - 1);
-  for (std::size_t n = most; n > 0; --n)
-    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
-  return 0;
-}
 
 }  // namespace
 
@@ -68,7 +62,7 @@ ReasoningSplitter::Delta ReasoningSplitter::drain(bool final) {
           phase_ = Phase::after_reasoning;
           continue;
         }
-        const std::size_t hold = final ? 0 : partial_marker_suffix(pending_, kClose);
+        const std::size_t hold = final ? 0 : partial_marker(pending_, {&kClose, 1});
         out.reasoning.append(pending_, 0, pending_.size() - hold);
         pending_.erase(0, pending_.size() - hold);
         return out;

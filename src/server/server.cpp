@@ -650,11 +650,8 @@ void Server::Impl::completions(const http::Request& req, http::Response& res, bo
           }
           if (chat) {
             ChoiceOutput output(output_setup);
-            auto d = output.push(c.text);
-            auto tail = output.finish();
-            d.reasoning += tail.reasoning;
-            d.content += tail.content;
-            for (auto& call : tail.calls) d.calls.push_back(std::move(call));
+            ChoiceOutput::Delta d = output.push(c.text);
+            d.append(output.finish());
             json message = {{"role", "assistant"}};
             // With calls and no text, content is null, as OpenAI answers.
             message["content"] = d.calls.empty() || !d.content.empty() ? json(d.content) : json();

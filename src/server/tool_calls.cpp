@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "server/markers.h"
 
 namespace rkv::server {
 
@@ -49,20 +50,6 @@ Found find_marker(std::string_view text, Markers markers) {
     if (pos < found.pos) found = {pos, marker};
   }
   return found;
-}
-
-// The length of the longest suffix of `text` that is a proper prefix of one of `markers`.
-std::size_t partial_marker(std::string_view text, Markers markers) {
-  std::size_t held = 0;
-  for (std::string_view marker : markers) {
-    for (std::size_t n = std::min(text.size(), marker.size() - 1); n > held; --n) {
-      if (text.substr(text.size() - n) == marker.substr(0, n)) {
-        held = n;
-        break;
-      }
-    }
-  }
-  return held;
 }
 
 // The streamed text up to the next of `markers`: `before` ends where the marker is, or, when

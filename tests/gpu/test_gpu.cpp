@@ -18,6 +18,7 @@
 #include <random>
 #include <vector>
 
+#include "batch_test_util.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cuda/kernels.cuh"
@@ -339,12 +340,7 @@ TEST(GpuParity, Bf16CacheOnABf16CheckpointNearTheCpuEngine) {
 // ---- the engine ----
 
 Request request(int seed, int prompt_len, int max_new) {
-  Request r;
-  for (int i = 0; i < prompt_len; ++i) r.prompt_ids.push_back(3 + (i * 31 + seed * 97) % 500);
-  r.decode_text = false;
-  r.max_new_tokens = max_new;
-  r.sampling.temperature = 0.0f;
-  r.ignore_eos = true;
+  Request r = test::greedy_ids_request(prompt_len, max_new, seed);
   r.kv_dtype = KvDtype::f32;
   return r;
 }
