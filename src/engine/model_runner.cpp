@@ -34,15 +34,18 @@ void ModelRunner::run(std::span<const ForwardRow> rows, std::span<KvMemory* cons
   const int G = c.group_size(), Hkv = c.num_kv_heads;
   for (int l = 0; l < c.num_layers; ++l) {
     pass.append_kv(l);
+    // The cache layer of l: compression, and H2O's accumulation, work on the full-attention
+    // layers only (a sliding-window ring or a DeltaNet state never grows).
+    const int kl = pass.kv_layer(l);
     // Decode-time compression (ALGORITHMS.md 1): after the step's keys are in, before attention
     // reads them; only a sequence with one row (a decode step) in the pass.
-    for (std::size_t s = 0; s < n_seq; ++s) {
+    for (std::size_t s = 0; s < n_seq && kl >= 0; ++s) {
       const std::size_t r = segments_[s];
       if (segments_[s + 1] - r != 1 || !memory[r]->due()) continue;
-      memory[r]->compress_layer(l, rows_[r].position + 1, &pool_);
+      memory[r]->compress_layer(kl, rows_[r].position + 1, &pool_);
     }
-    pass.attend(l, attention ? &probs_ : nullptr);
-    if (attention) {
+    pass.attend(l, attention && kl >= 0 ? &probs_ : nullptr);
+    if (attention && kl >= 0) {
       // One task per (sequence, KV head), its rows in order: no two threads touch one array.
       pool_.parallel_for(n_seq * static_cast<std::size_t>(Hkv), [&](std::size_t task) {
         const std::size_t s = task / static_cast<std::size_t>(Hkv);
@@ -51,7 +54,7 @@ void ModelRunner::run(std::span<const ForwardRow> rows, std::span<KvMemory* cons
           if (!rows_[r].want_attention) continue;
           const int n = probs_.entries[r];
           const std::size_t head = static_cast<std::size_t>(h) * G * static_cast<std::size_t>(n);
-          memory[r]->accumulate(l, h, probs_.data.data() + probs_.offset[r] + head, G, n);
+          memory[r]->accumulate(kl, h, probs_.data.data() + probs_.offset[r] + head, G, n);
         }
       });
     }

@@ -9,14 +9,28 @@
 
 namespace rkv {
 
+namespace {
+std::size_t fixed_window_floats(const KvCacheShape& shape) {
+  return 2 * static_cast<std::size_t>(shape.window_layers) *
+         static_cast<std::size_t>(shape.kv_heads) * static_cast<std::size_t>(shape.sliding_window) *
+         static_cast<std::size_t>(shape.head_dim);
+}
+}  // namespace
+
 KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
   if (shape.layers <= 0 || shape.kv_heads <= 0 || shape.head_dim <= 0 || shape.capacity <= 0 ||
-      shape.window < 0 || shape.q_heads <= 0)
+      shape.window < 0 || shape.q_heads <= 0 || shape.window_layers < 0 ||
+      shape.sliding_window < 0 || (shape.window_layers > 0) != (shape.sliding_window > 0))
     throw Error("invalid KV cache shape");
   row_bytes_ = kv_row_bytes(shape.dtype, shape.head_dim);
   lengths_.assign(static_cast<std::size_t>(shape.layers), 0);
   ring_count_.assign(static_cast<std::size_t>(shape.layers), 0);
   ring_next_.assign(static_cast<std::size_t>(shape.layers), 0);
+  if (shape.on_device && (shape.window_layers > 0 || shape.recurrent_floats > 0))
+    throw Error("sliding-window and linear-attention layers run with --device cpu in this build");
+  window_kv_.resize(fixed_window_floats(shape));
+  window_lengths_.assign(static_cast<std::size_t>(shape.window_layers), 0);
+  recurrent_.assign(shape.recurrent_floats, 0.0f);
   if (shape.on_device) {
     if (shape.window != 0)
       throw Error(
@@ -129,7 +143,16 @@ void KvCache::window_queries(int layer, std::vector<float>& out) const {
   }
 }
 
+void KvCache::set_window_length(int i, int n) {
+  if (n < 0 || n > shape_.sliding_window)
+    throw Error("KV cache: a sliding-window layer holds at most " +
+                std::to_string(shape_.sliding_window) + " entries, not " + std::to_string(n));
+  window_lengths_[static_cast<std::size_t>(i)] = n;
+}
+
 void KvCache::clear() {
+  std::fill(window_lengths_.begin(), window_lengths_.end(), 0);
+  std::fill(recurrent_.begin(), recurrent_.end(), 0.0f);
   std::fill(lengths_.begin(), lengths_.end(), 0);
   std::fill(ring_count_.begin(), ring_count_.end(), 0);
   std::fill(ring_next_.begin(), ring_next_.end(), 0);
@@ -156,9 +179,13 @@ std::size_t KvCache::ring_bytes_for(const KvCacheShape& shape) {
          sizeof(float);
 }
 
+std::size_t KvCache::fixed_state_bytes_for(const KvCacheShape& shape) {
+  return (fixed_window_floats(shape) + shape.recurrent_floats) * sizeof(float);
+}
+
 std::size_t KvCache::slot_bytes_for(const KvCacheShape& shape) {
   return static_cast<std::size_t>(shape.capacity) * token_bytes_for(shape).total() +
-         ring_bytes_for(shape);
+         ring_bytes_for(shape) + fixed_state_bytes_for(shape);
 }
 
 std::size_t KvCache::used_kv_bytes() const {

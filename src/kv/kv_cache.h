@@ -15,6 +15,12 @@
 // The query ring keeps, per layer, the post-RoPE queries of all query heads for the last
 // `window` tokens: the observation window that compression scores with (ALGORITHMS.md 1). It is
 // float32 whatever the dtype.
+//
+// Beside the compressible layers, a sequence of a hybrid model holds constant-size state that
+// is part of its slot (and of the memory cap) but never compressed: the last `sliding_window`
+// keys and values of each sliding-window layer (gpt-oss), float32, and the recurrent state of
+// each linear-attention layer (Qwen3.5's Gated DeltaNet), `recurrent_floats` float32 in all.
+// The `layers` above count the compressible (full-attention) layers only.
 #pragma once
 
 #include <cstddef>
@@ -37,6 +43,11 @@ struct KvCacheShape {
   // Keys, values and positions live in a device's memory (Model::use_device), written by its
   // backend; the cache then holds only the lengths here, and no query ring (window must be 0).
   bool on_device = false;
+  // Sliding-window layers: how many, and the keys each keeps (0: none).
+  int window_layers = 0;
+  int sliding_window = 0;
+  // Recurrent state of the linear-attention layers, float32 values in all (0: none).
+  std::size_t recurrent_floats = 0;
 };
 
 // Read-only rows of keys (or values) of one (layer, KV head): row j, j < n, holds head_dim
@@ -111,6 +122,17 @@ class KvCache {
   // Copies the window queries of `layer`, oldest first, as [q_heads][window_size][head_dim].
   void window_queries(int layer, std::vector<float>& out) const;
 
+  // ---- constant-size state (hybrid models) ----
+  // Sliding-window layer i's keys and values ([kv_heads][sliding_window][head_dim] float32 each),
+  // its newest window_length(i) entries (oldest first, at the start of each head's rows).
+  float* window_keys(int i) { return window_kv_.data() + window_offset(i, 0); }
+  float* window_values(int i) { return window_kv_.data() + window_offset(i, 1); }
+  int window_length(int i) const { return window_lengths_[static_cast<std::size_t>(i)]; }
+  void set_window_length(int i, int n);
+  // The recurrent state, recurrent_floats values (zero in a new or cleared cache).
+  float* recurrent() { return recurrent_.data(); }
+
+  // Empties the cache: no entries, no queries, window rings empty, recurrent state zero.
   void clear();
 
   // ---- a cache on a device (shape().on_device) ----
@@ -136,8 +158,11 @@ class KvCache {
   static KvTokenBytes token_bytes_for(const KvCacheShape& shape);
   // Bytes of the query ring (float32 queries of every query head, `window` per layer).
   static std::size_t ring_bytes_for(const KvCacheShape& shape);
+  // Bytes of the constant-size state: the sliding-window rings and the recurrent state.
+  static std::size_t fixed_state_bytes_for(const KvCacheShape& shape);
   // Everything a KvCache of this shape allocates: capacity * token_bytes_for(shape).total()
-  // plus ring_bytes_for(shape). What admission (--kv-memory) reserves per sequence.
+  // plus ring_bytes_for(shape) plus fixed_state_bytes_for(shape). What admission (--kv-memory)
+  // reserves per sequence.
   static std::size_t slot_bytes_for(const KvCacheShape& shape);
   // Bytes of keys and values actually in use now, summed over layers.
   std::size_t used_kv_bytes() const;
@@ -152,6 +177,12 @@ class KvCache {
             row_bytes_, length(layer)};
   }
 
+  std::size_t window_offset(int i, int which) const {
+    return ((static_cast<std::size_t>(i) * 2 + static_cast<std::size_t>(which)) *
+            static_cast<std::size_t>(shape_.kv_heads) * shape_.sliding_window) *
+           shape_.head_dim;
+  }
+
   KvCacheShape shape_;
   std::size_t row_bytes_ = 0;            // bytes of one key (or value) row
   std::vector<std::byte> keys_;          // [layers][kv_heads][capacity] rows
@@ -162,6 +193,9 @@ class KvCache {
   std::vector<float> ring_;              // [layers][window][q_heads][head_dim]
   std::vector<int> ring_count_;          // [layers] queries held (<= window)
   std::vector<int> ring_next_;           // [layers] slot the next query goes to
+  std::vector<float> window_kv_;         // [window_layers][2][kv_heads][sliding_window][head_dim]
+  std::vector<int> window_lengths_;      // [window_layers]
+  std::vector<float> recurrent_;         // [recurrent_floats]
   float initial_state_ = 0.0f;
   using DeviceStorage = std::unique_ptr<void, void (*)(void*)>;
   DeviceStorage device_{nullptr, nullptr};

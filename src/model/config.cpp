@@ -76,8 +76,50 @@ std::string ModelConfig::arch_label() const {
       return "qwen2";
     case Architecture::Qwen3:
       return "qwen3";
+    case Architecture::Qwen3Moe:
+      return "qwen3moe";
+    case Architecture::GptOss:
+      return "gpt-oss";
+    case Architecture::Qwen35:
+      return "qwen35";
+    case Architecture::Qwen35Moe:
+      return "qwen35moe";
   }
   return "?";
+}
+
+namespace {
+// Index of `layer` among the layers of `kind` (-1 when it is another kind), and their count.
+int index_among(const ModelConfig& c, int layer, LayerKind kind) {
+  if (c.layer_kind(layer) != kind) return -1;
+  int i = 0;
+  for (int l = 0; l < layer; ++l) i += c.layer_kind(l) == kind ? 1 : 0;
+  return i;
+}
+int count_of(const ModelConfig& c, LayerKind kind) {
+  int n = 0;
+  for (int l = 0; l < c.num_layers; ++l) n += c.layer_kind(l) == kind ? 1 : 0;
+  return n;
+}
+}  // namespace
+
+int ModelConfig::kv_layer(int layer) const {
+  return layer_kinds.empty() ? layer : index_among(*this, layer, LayerKind::Attention);
+}
+int ModelConfig::kv_layers() const {
+  return layer_kinds.empty() ? num_layers : count_of(*this, LayerKind::Attention);
+}
+int ModelConfig::window_layer(int layer) const {
+  return index_among(*this, layer, LayerKind::SlidingWindow);
+}
+int ModelConfig::window_layers() const {
+  return count_of(*this, LayerKind::SlidingWindow);
+}
+int ModelConfig::delta_net_layer(int layer) const {
+  return index_among(*this, layer, LayerKind::DeltaNet);
+}
+int ModelConfig::delta_net_layers() const {
+  return count_of(*this, LayerKind::DeltaNet);
 }
 
 ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {

@@ -38,15 +38,16 @@ struct AttentionProbs {
 
 // The activations of a forward pass, [rows][width] float32 each, in the backend's memory:
 // X the residual stream, XN a normed copy (and the products' scratch), Q/K/V the projections,
-// Attn the attention output, Gate/Up the MLP's halves.
-enum class Act : std::uint8_t { X, XN, Q, K, V, Attn, Gate, Up };
-inline constexpr Act kActs[] = {Act::X, Act::XN,   Act::Q,    Act::K,
-                                Act::V, Act::Attn, Act::Gate, Act::Up};
+// Attn the attention output, Gate/Up the MLP's halves, QGate the attention's output gate (Qwen3.5;
+// empty for other models).
+enum class Act : std::uint8_t { X, XN, Q, K, V, Attn, Gate, Up, QGate };
+inline constexpr Act kActs[] = {Act::X,    Act::XN,   Act::Q,  Act::K,    Act::V,
+                                Act::Attn, Act::Gate, Act::Up, Act::QGate};
 // Floats per row of an activation: hidden size, query heads x head size, KV heads x head size, or
-// intermediate size.
+// intermediate size (0 for QGate where the model has no attention gate).
 std::size_t act_width(const ModelConfig& config, Act a);
 // A layer's matrices.
-enum class Proj : std::uint8_t { Q, K, V, O, Gate, Up, Down };
+enum class Proj : std::uint8_t { Q, K, V, O, Gate, Up, Down, QGate };
 // The RMSNorm weights: a layer's input and post-attention norms, and the final norm.
 enum class Norm : std::uint8_t { Input, Post, Final };
 
@@ -63,15 +64,29 @@ class ForwardOps {
     Proj proj;
     Act out;
   };
+  // (O adds the layer's o_proj bias where it has one.)
   virtual void project(int layer, Act in, std::span<const Product> products) = 0;
-  // Q, K and V biases (Qwen2), per-head norms of Q and K (Qwen3), then RoPE on Q and K.
+  // Q, K and V biases (Qwen2), per-head norms of Q and K (Qwen3), then RoPE on Q and K (on the
+  // first rotary_dim dimensions of each head).
   virtual void prepare_qkv(int layer) = 0;
-  // Each row's K and V into its cache at `layer`, its Q into the cache's query ring.
+  // Each row's K and V into its cache at `layer`'s cache layer (ModelConfig::kv_layer), its Q
+  // into the cache's query ring. Attention layers only.
   virtual void append_kv(int layer, std::span<const ForwardRow> rows) = 0;
-  // Attn = causal attention of each row's Q over its cache (everything up to its own entry).
-  // With `probs`, the probabilities of the rows with want_attention are written there (a
-  // backend that cannot hand them back throws rkv::Error).
+  // Attn = causal attention of each row's Q over its cache (everything up to its own entry);
+  // with sinks (gpt-oss), each head's sink logit joins the softmax's denominator. A
+  // SlidingWindow layer attends over its window ring and this pass's rows, then keeps the
+  // newest sliding_window of them in the ring. With `probs`, the probabilities of the rows with
+  // want_attention are written there (Attention layers; a backend that cannot hand them back
+  // throws rkv::Error).
   virtual void attention(int layer, std::span<const ForwardRow> rows, AttentionProbs* probs) = 0;
+  // Attn *= sigmoid(QGate) (Qwen3.5's gated attention output).
+  virtual void gate_attention();
+  // residual += the layer's mixture of experts applied to `in` (routing, the chosen experts,
+  // the shared expert).
+  virtual void moe(int layer, Act in, Act residual);
+  // residual += the layer's Gated DeltaNet applied to `in`, each row's sequence state (its
+  // cache's recurrent()) advanced by its row, the rows of a sequence in order.
+  virtual void delta_net(int layer, std::span<const ForwardRow> rows, Act in, Act residual);
   // dst += src.
   virtual void add(Act dst, Act src) = 0;
   // Gate = SiLU(Gate) * Up.
@@ -90,10 +105,11 @@ class ForwardOps {
   virtual void end(std::span<const ForwardRow> rows) {}
 };
 
-// The forward pass (golden models README, "Architecture details") as steps the caller drives,
-// per layer
+// The forward pass (golden models README, "Architecture details"; docs/ARCHITECTURES.md for the
+// MoE and hybrid families) as steps the caller drives, per layer
 //   h += o_proj(attention(rope(q), rope(k), v)) of input_layernorm(h)     (append_kv, then attend)
 //   h += down_proj(silu(gate_proj(x)) * up_proj(x)) of post_attention_layernorm(h)
+// (a DeltaNet layer's mixer instead of attention, a mixture of experts instead of the MLP)
 // then the final norm and lm_head (finish). Between append_kv(l) and attend(l) the caller may
 // compact the caches (the engine's KV memory applies compression there, ALGORITHMS.md 1); after
 // attend(l) it may change the residual stream (SkipKV steering). The pass computes and reports:
@@ -107,11 +123,14 @@ class ForwardPass {
   ForwardPass& operator=(const ForwardPass&) = delete;
 
   int layers() const { return config_.num_layers; }
+  // Layer l's cache layer (ModelConfig::kv_layer): -1 for a layer compression does not touch.
+  int kv_layer(int layer) const { return config_.kv_layer(layer); }
   // Whether hidden() and final_hidden() are readable (the CPU; not a device backend).
   bool on_host() const { return on_host_; }
 
   // Layer l's input norm, q/k/v projections, biases, q/k norms, RoPE, and each row's K and V
-  // appended to its cache (its Q to the cache's query ring).
+  // appended to its cache (its Q to the cache's query ring). A SlidingWindow layer's keys go to
+  // its ring in attend; a DeltaNet layer stops after the norm.
   void append_kv(int layer);
   // Layer l's attention over the caches as they are now, o_proj, residual, MLP, residual. With
   // `probs`, the attention probabilities of the rows with want_attention go there.

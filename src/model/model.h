@@ -1,6 +1,7 @@
-// A decoder-only transformer of the Llama / Qwen2 / Qwen3 families, loaded from a Hugging Face
-// checkpoint directory or a GGUF file, with a batch-first forward pass over per-sequence KV
-// caches.
+// A decoder-only transformer of the Llama / Qwen2 / Qwen3 families and the mixture-of-experts and
+// hybrid families (Qwen3 MoE, gpt-oss, Qwen3.5 dense and MoE: docs/ARCHITECTURES.md), loaded from
+// a Hugging Face checkpoint directory or a GGUF file, with a batch-first forward pass over
+// per-sequence KV caches.
 #pragma once
 
 #include <cstdint>
@@ -22,18 +23,54 @@
 
 namespace rkv {
 
+// A mixture-of-experts FFN (ModelConfig::moe). The experts' matrices are stacked, expert e's
+// rows at [e * rows_per_expert, (e + 1) * rows_per_expert) (expert()).
+struct ExpertWeights {
+  kernels::WeightView router;          // [experts][hidden]
+  std::vector<float> router_bias;      // [experts] (gpt-oss)
+  kernels::WeightView gate, up, down;  // [experts * ff][hidden], down [experts * hidden][ff]
+  std::vector<float> gate_bias, up_bias, down_bias;         // [experts][ff], down [experts][hidden]
+  kernels::WeightView shared_gate, shared_up, shared_down;  // shared expert (rows 0: none)
+  std::vector<float> shared_router;                         // [hidden]: its sigmoid gate
+};
+// Expert e's matrix out of a stacked one.
+kernels::WeightView expert_matrix(const kernels::WeightView& stacked, int experts, int e);
+
+// A Gated DeltaNet layer's weights (ModelConfig::delta_net).
+struct DeltaNetWeights {
+  kernels::WeightView qkv;        // [conv_channels][hidden]: q (k_heads x dk), k, v (v_heads x dv)
+  kernels::WeightView z;          // [v_heads * dv][hidden], the output gate
+  kernels::WeightView beta;       // [v_heads][hidden]
+  kernels::WeightView alpha;      // [v_heads][hidden]
+  kernels::WeightView out;        // [hidden][v_heads * dv]
+  std::vector<float> conv;        // [conv_channels][conv_kernel]; tap conv_kernel - 1 is the newest
+  std::vector<float> dt_bias, a;  // [v_heads]; a = -exp(A_log)
+  std::vector<float> norm;        // [dv]
+};
+
 struct LayerWeights {
   kernels::WeightView q, k, v, o, gate, up, down;  // [out][in], used in place
-  std::vector<float> q_bias, k_bias, v_bias;       // Qwen2 (empty otherwise)
+  kernels::WeightView q_gate;                      // [heads * head_dim][hidden] (Qwen3.5)
+  std::vector<float> q_bias, k_bias, v_bias;       // Qwen2, gpt-oss (empty otherwise)
+  std::vector<float> o_bias;                       // [hidden], gpt-oss
+  std::vector<float> sinks;                        // [heads], gpt-oss
   std::vector<float> input_norm, post_norm;        // [hidden]
   std::vector<float> q_norm, k_norm;               // [head_dim], Qwen3 (empty otherwise)
+  ExpertWeights moe;                               // MoE layers (ModelConfig::moe.experts > 0)
+  DeltaNetWeights delta_net;                       // DeltaNet layers
 };
 // The matrix of one projection of a layer.
 const kernels::WeightView& projection(const LayerWeights& w, Proj p);
 
 // Scratch buffers of a forward pass, reused between calls to avoid allocation per token.
 struct ForwardScratch {
-  std::vector<float> x, xn, q, k, v, attn, gate, up, rope_cos, rope_sin, logits_hidden;
+  std::vector<float> x, xn, q, k, v, attn, q_gate, gate, up, rope_cos, rope_sin, logits_hidden;
+  // Mixture of experts: router logits, each row's experts and weights, an expert's rows.
+  std::vector<float> router, expert_in, expert_gate, expert_up, expert_out, moe_out;
+  std::vector<int> expert_ids;
+  std::vector<float> expert_weights;
+  // DeltaNet: the projections of the rows.
+  std::vector<float> dn_qkv, dn_z, dn_beta, dn_alpha, dn_out;
 };
 
 class Model {
@@ -102,11 +139,15 @@ class Model {
   const kernels::WeightView& embed_tokens() const { return embed_tokens_; }
   const kernels::WeightView& lm_head() const { return lm_head_; }
   const std::vector<float>& final_norm() const { return final_norm_; }
-  // [head_dim / 2] RoPE inverse frequencies, every scaling applied (angle = position * inv_freq).
+  // [rotary_dim / 2] RoPE inverse frequencies, every scaling applied (angle = position *
+  // inv_freq).
   const std::vector<float>& rope_frequencies() const { return inv_freq_; }
+  // YaRN's magnitude factor on cos and sin (1 without YaRN).
+  float rope_magnitude() const { return rope_mscale_; }
   // The rotation the CPU pass applies at `position`: for each frequency pair f, the cosine and
   // sine of the float32 angle float32(position) * inv_freq[f] (as HF computes it), each rounded to
-  // float32. cos and sin hold head_dim / 2 values. (Calibration inverts exactly these.)
+  // float32 (and times rope_magnitude()). cos and sin hold rotary_dim / 2 values. (Calibration
+  // inverts exactly these.)
   void rope_rotation(std::int32_t position, float* cos, float* sin) const;
   // The float32 embedding of a token (throws rkv::Error for an id outside the vocabulary).
   void embed(std::int32_t token, float* out) const;
@@ -132,7 +173,8 @@ class Model {
   kernels::WeightView lm_head_;
   std::vector<float> final_norm_;
   std::vector<LayerWeights> layers_;
-  std::vector<float> inv_freq_;  // [head_dim / 2], llama3 scaling applied
+  std::vector<float> inv_freq_;  // [rotary_dim / 2], llama3 or YaRN scaling applied
+  float rope_mscale_ = 1.0f;
   // GGUF files: llama.cpp's rope_freqs.weight, one divisor per frequency (Llama-3.1's scaling as
   // its converter stores it); empty when the file has none.
   std::vector<float> rope_freq_divisors_;

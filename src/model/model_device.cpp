@@ -12,6 +12,9 @@ void Model::use_device(Device device) {
     device_ = Device::Cpu;
     return;
   }
+  if (!config_.is_dense_transformer())
+    throw Error("--device " + std::string(device_name(device)) + ": the " + config_.arch_label() +
+                " architecture runs on the CPU only in this build; run with --device cpu");
   resolve_device(device);  // throws, saying why, where CUDA cannot run
   const DeviceBackend* backend = find_backend(device);
   // Only a test's pretend device (RKV_TEST_FAKE_CUDA_DEVICES) gets past resolve_device without
@@ -37,7 +40,7 @@ std::size_t Model::device_free_bytes() const {
 }
 
 KvCacheShape Model::cache_shape(int capacity, int window, std::optional<KvDtype> dtype) const {
-  KvCacheShape shape{config_.num_layers,
+  KvCacheShape shape{config_.kv_layers(),
                      config_.num_kv_heads,
                      config_.num_heads,
                      config_.head_dim,
@@ -45,6 +48,10 @@ KvCacheShape Model::cache_shape(int capacity, int window, std::optional<KvDtype>
                      window,
                      dtype.value_or(default_kv_dtype())};
   shape.on_device = device_ != Device::Cpu;
+  shape.window_layers = config_.window_layers();
+  shape.sliding_window = shape.window_layers > 0 ? config_.sliding_window : 0;
+  shape.recurrent_floats =
+      static_cast<std::size_t>(config_.delta_net_layers()) * config_.delta_net.state_floats();
   return shape;
 }
 

@@ -35,6 +35,29 @@ void apply_rope(float* x, int d, const float* cos, const float* sin) {
   }
 }
 
+// Attention with a sink logit s per query head (gpt-oss): p_j = e^{z_j} / (sum_i e^{z_i} + e^s),
+// from the plain softmax the kernels compute. Each of the G heads' output and probabilities are
+// scaled by sum e^z / (sum e^z + e^s) = 1 / (1 + e^{s - lse}), where lse = log sum_i e^{z_i}
+// comes from the largest probability p_m = e^{z_m - lse}: lse = z_m - log p_m, with z_m the
+// logit of that key (key(j) gives key j as n float32 values).
+template <typename KeyFn>
+void apply_sinks(const float* q, int G, int d, float scale, const float* sinks, int n, float* probs,
+                 float* out, const KeyFn& key) {
+  for (int g = 0; g < G; ++g) {
+    float* p = probs + static_cast<std::size_t>(g) * static_cast<std::size_t>(n);
+    const int m = static_cast<int>(std::max_element(p, p + n) - p);
+    const float* k = key(m);
+    const float* qg = q + static_cast<std::size_t>(g) * d;
+    float z = 0.0f;
+    for (int i = 0; i < d; ++i) z += qg[i] * k[i];
+    const double lse = static_cast<double>(z) * scale - std::log(static_cast<double>(p[m]));
+    const auto f = static_cast<float>(1.0 / (1.0 + std::exp(static_cast<double>(sinks[g]) - lse)));
+    float* og = out + static_cast<std::size_t>(g) * d;
+    for (int i = 0; i < d; ++i) og[i] *= f;
+    for (int j = 0; j < n; ++j) p[j] *= f;
+  }
+}
+
 // Adds the bias to rows [r0, r1) of y.
 void add_bias(float* y, const std::vector<float>& bias, std::size_t r0, std::size_t r1) {
   if (bias.empty()) return;
@@ -50,7 +73,30 @@ void Model::rope_rotation(std::int32_t position, float* cos, float* sin) const {
     const float angle = static_cast<float>(position) * inv_freq_[f];
     cos[f] = static_cast<float>(std::cos(static_cast<double>(angle)));
     sin[f] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    if (rope_mscale_ != 1.0f) {
+      cos[f] *= rope_mscale_;
+      sin[f] *= rope_mscale_;
+    }
   }
+}
+
+void ForwardOps::gate_attention() {
+  throw Error("this backend has no gated attention output (Qwen3.5): run with --device cpu");
+}
+void ForwardOps::moe(int, Act, Act) {
+  throw Error("this backend has no mixture-of-experts layers: run with --device cpu");
+}
+void ForwardOps::delta_net(int, std::span<const ForwardRow>, Act, Act) {
+  throw Error("this backend has no Gated DeltaNet layers (Qwen3.5): run with --device cpu");
+}
+
+kernels::WeightView expert_matrix(const kernels::WeightView& stacked, int experts, int e) {
+  const std::size_t rows = stacked.rows / static_cast<std::size_t>(experts);
+  kernels::WeightView w = stacked;
+  w.rows = rows;
+  w.data = static_cast<const std::byte*>(stacked.data) +
+           static_cast<std::size_t>(e) * rows * dtype_row_bytes(stacked.dtype, stacked.cols);
+  return w;
 }
 
 void Model::embed(std::int32_t token, float* out) const {
@@ -105,10 +151,14 @@ void ForwardPass::append_kv(int l) {
   expect(2 * l, "append_kv");
   using P = ForwardOps::Product;
   static constexpr P qkv[] = {{Proj::Q, Act::Q}, {Proj::K, Act::K}, {Proj::V, Act::V}};
+  static constexpr P gate[] = {{Proj::QGate, Act::QGate}};
   ops_.rms_norm(Norm::Input, l, Act::X, Act::XN);
+  const LayerKind kind = config_.layer_kind(l);
+  if (kind == LayerKind::DeltaNet) return;  // its mixer runs in attend
   ops_.project(l, Act::XN, qkv);
+  if (config_.attention_gate) ops_.project(l, Act::XN, gate);
   ops_.prepare_qkv(l);
-  ops_.append_kv(l, rows_);
+  if (kind == LayerKind::Attention) ops_.append_kv(l, rows_);
 }
 
 void ForwardPass::attend(int l, AttentionProbs* probs) {
@@ -117,10 +167,20 @@ void ForwardPass::attend(int l, AttentionProbs* probs) {
   static constexpr P o[] = {{Proj::O, Act::XN}};
   static constexpr P gate_up[] = {{Proj::Gate, Act::Gate}, {Proj::Up, Act::Up}};
   static constexpr P down[] = {{Proj::Down, Act::XN}};
-  ops_.attention(l, rows_, probs);
-  ops_.project(l, Act::Attn, o);
-  ops_.add(Act::X, Act::XN);
+  const LayerKind kind = config_.layer_kind(l);
+  if (kind == LayerKind::DeltaNet) {
+    ops_.delta_net(l, rows_, Act::XN, Act::X);
+  } else {
+    ops_.attention(l, rows_, kind == LayerKind::Attention ? probs : nullptr);
+    if (config_.attention_gate) ops_.gate_attention();
+    ops_.project(l, Act::Attn, o);
+    ops_.add(Act::X, Act::XN);
+  }
   ops_.rms_norm(Norm::Post, l, Act::X, Act::XN);
+  if (config_.moe.experts > 0) {
+    ops_.moe(l, Act::XN, Act::X);
+    return;
+  }
   ops_.project(l, Act::XN, gate_up);
   ops_.silu_mul();
   ops_.project(l, Act::Gate, down);
@@ -171,6 +231,8 @@ const kernels::WeightView& projection(const LayerWeights& w, Proj p) {
       return w.up;
     case Proj::Down:
       return w.down;
+    case Proj::QGate:
+      return w.q_gate;
   }
   return w.q;
 }
@@ -189,6 +251,10 @@ std::size_t act_width(const ModelConfig& c, Act a) {
     case Act::Gate:
     case Act::Up:
       return static_cast<std::size_t>(c.intermediate_size);
+    case Act::QGate:
+      return c.attention_gate
+                 ? static_cast<std::size_t>(c.num_heads) * static_cast<std::size_t>(c.head_dim)
+                 : 0;
   }
   return 0;
 }
@@ -205,7 +271,7 @@ class CpuOps final : public ForwardOps {
   void begin(std::span<const ForwardRow> rows) override {
     T_ = rows.size();
     const std::size_t H = static_cast<std::size_t>(c_.hidden_size);
-    const int half = c_.head_dim / 2;
+    const int half = c_.rotary_dim() / 2;
     for (Act a : kActs) vec(a).resize(T_ * act_width(c_, a));
     s_.rope_cos.resize(T_ * half);
     s_.rope_sin.resize(T_ * half);
@@ -240,11 +306,17 @@ class CpuOps final : public ForwardOps {
       kernels::matmul(buf(in), T_, mp[0].w, mp[0].y, pool_);
     else
       kernels::matmul_many(buf(in), T_, std::span(mp.data(), products.size()), pool_);
+    for (const Product& p : products)
+      if (p.proj == Proj::O && !w.o_bias.empty()) {
+        float* y = buf(p.out);
+        for_rows([&](std::size_t r0, std::size_t r1) { add_bias(y, w.o_bias, r0, r1); });
+      }
   }
 
   void prepare_qkv(int layer) override {
     const LayerWeights& w = m_.layer(layer);
-    const int D = c_.head_dim, Hq = c_.num_heads, Hkv = c_.num_kv_heads, half = D / 2;
+    const int D = c_.head_dim, Hq = c_.num_heads, Hkv = c_.num_kv_heads, R = c_.rotary_dim();
+    const int half = R / 2;
     const std::size_t QD = static_cast<std::size_t>(Hq) * D, KD = static_cast<std::size_t>(Hkv) * D;
     for_rows([&](std::size_t r0, std::size_t r1) {
       add_bias(s_.q.data(), w.q_bias, r0, r1);
@@ -256,12 +328,12 @@ class CpuOps final : public ForwardOps {
         for (int h = 0; h < Hq; ++h) {
           float* qh = s_.q.data() + r * QD + static_cast<std::size_t>(h) * D;
           if (c_.qk_norm) rms_norm_row(qh, w.q_norm.data(), qh, D, c_.rms_norm_eps);
-          apply_rope(qh, D, cs, sn);
+          apply_rope(qh, R, cs, sn);
         }
         for (int h = 0; h < Hkv; ++h) {
           float* kh = s_.k.data() + r * KD + static_cast<std::size_t>(h) * D;
           if (c_.qk_norm) rms_norm_row(kh, w.k_norm.data(), kh, D, c_.rms_norm_eps);
-          apply_rope(kh, D, cs, sn);
+          apply_rope(kh, R, cs, sn);
         }
       }
     });
@@ -270,13 +342,17 @@ class CpuOps final : public ForwardOps {
   void append_kv(int layer, std::span<const ForwardRow> rows) override {
     const std::size_t QD = static_cast<std::size_t>(c_.num_heads) * c_.head_dim;
     const std::size_t KD = static_cast<std::size_t>(c_.num_kv_heads) * c_.head_dim;
+    const int kl = c_.kv_layer(layer);
     for (std::size_t r = 0; r < T_; ++r) {
-      rows[r].cache->append(layer, s_.k.data() + r * KD, s_.v.data() + r * KD, rows[r].position);
-      rows[r].cache->push_query(layer, s_.q.data() + r * QD);
+      rows[r].cache->append(kl, s_.k.data() + r * KD, s_.v.data() + r * KD, rows[r].position);
+      rows[r].cache->push_query(kl, s_.q.data() + r * QD);
     }
   }
 
   void attention(int l, std::span<const ForwardRow> rows, AttentionProbs* probs) override;
+  void gate_attention() override;
+  void moe(int layer, Act in, Act residual) override;
+  void delta_net(int layer, std::span<const ForwardRow> rows, Act in, Act residual) override;
 
   void add(Act dst, Act src) override {
     float* y = buf(dst);
@@ -328,6 +404,8 @@ class CpuOps final : public ForwardOps {
         return s_.gate;
       case Act::Up:
         return s_.up;
+      case Act::QGate:
+        return s_.q_gate;
     }
     return s_.x;
   }
@@ -357,9 +435,24 @@ class CpuOps final : public ForwardOps {
     std::size_t r0, R;
   };
   std::vector<RowBlock> blocks_;
+  // The first row of each sequence in the pass, then T.
+  std::vector<std::size_t> seq_begin_;
+  void find_sequences(std::span<const ForwardRow> rows) {
+    seq_begin_.clear();
+    for (std::size_t r = 0; r < T_; ++r)
+      if (r == 0 || rows[r].cache != rows[r - 1].cache) seq_begin_.push_back(r);
+    seq_begin_.push_back(T_);
+  }
+  void window_attention(int l, std::span<const ForwardRow> rows);
 };
 
 void CpuOps::attention(int l, std::span<const ForwardRow> rows, AttentionProbs* out) {
+  if (c_.layer_kind(l) == LayerKind::SlidingWindow) {
+    window_attention(l, rows);
+    return;
+  }
+  const int kl = c_.kv_layer(l);
+  const std::vector<float>& sinks = m_.layer(l).sinks;
   const int D = c_.head_dim, Hkv = c_.num_kv_heads, G = c_.group_size();
   const std::size_t QD = static_cast<std::size_t>(c_.num_heads) * D;
   const std::size_t T = T_;
@@ -377,7 +470,7 @@ void CpuOps::attention(int l, std::span<const ForwardRow> rows, AttentionProbs* 
   // of its sequence that come after it in this pass.
   for (std::size_t r = T; r-- > 0;) {
     const bool last_of_seq = r + 1 == T || rows[r + 1].cache != rows[r].cache;
-    visible[r] = last_of_seq ? rows[r].cache->length(l) : visible[r + 1] - 1;
+    visible[r] = last_of_seq ? rows[r].cache->length(kl) : visible[r + 1] - 1;
   }
   bool want_probs = false;
   if (out != nullptr) {
@@ -407,12 +500,22 @@ void CpuOps::attention(int l, std::span<const ForwardRow> rows, AttentionProbs* 
     }
     // Each cache stores its own dtype; the kernel reads it directly.
     const KvCache& cache = *rows[r].cache;
-    kernels::attention_fn(cache.dtype(), precision)(
-        s_.q.data() + r * QD + static_cast<std::size_t>(h) * G * D, G, D, cache.keys(l, h).data,
-        cache.values(l, h).data, n, scale,
-        s_.attn.data() + r * QD + static_cast<std::size_t>(h) * G * D, probs);
+    const float* q = s_.q.data() + r * QD + static_cast<std::size_t>(h) * G * D;
+    float* o = s_.attn.data() + r * QD + static_cast<std::size_t>(h) * G * D;
+    const KvRows keys = cache.keys(kl, h);
+    kernels::attention_fn(cache.dtype(), precision)(q, G, D, keys.data, cache.values(kl, h).data, n,
+                                                    scale, o, probs);
+    if (!sinks.empty()) {
+      thread_local std::vector<float> key;
+      key.resize(static_cast<std::size_t>(D));
+      apply_sinks(q, G, D, scale, sinks.data() + static_cast<std::size_t>(h) * G, n, probs, o,
+                  [&](int j) {
+                    kernels::kv_to_f32(keys.dtype, keys.row(j), 1, D, key.data());
+                    return key.data();
+                  });
+    }
   };
-  if (!want_probs) {
+  if (!want_probs && sinks.empty()) {
     // Consecutive rows of one sequence in blocks (row i of a block sees one more entry than
     // row i - 1), each block's rows against one KV head at once: the kernel shares its key
     // transposes and value conversions across them. A block's scratch probabilities,
@@ -443,7 +546,7 @@ void CpuOps::attention(int l, std::span<const ForwardRow> rows, AttentionProbs* 
                    static_cast<std::size_t>(n0 + static_cast<int>(blk.R) - 1));
       const std::size_t off = blk.r0 * QD + static_cast<std::size_t>(h) * G * D;
       rows_fns[static_cast<int>(cache.dtype())](s_.q.data() + off, QD, static_cast<int>(blk.R), G,
-                                                D, cache.keys(l, h).data, cache.values(l, h).data,
+                                                D, cache.keys(kl, h).data, cache.values(kl, h).data,
                                                 n0, scale, s_.attn.data() + off, QD, probs.data());
     });
   } else {
@@ -460,6 +563,285 @@ void CpuOps::attention(int l, std::span<const ForwardRow> rows, AttentionProbs* 
       for (std::size_t r = seq_begin[sq]; r < seq_begin[sq + 1]; ++r) attend(r, h);
     });
   }
+}
+
+// A sliding-window layer (gpt-oss): each sequence's ring (its last sliding_window keys and values,
+// float32, oldest first) and this pass's rows side by side, row i of the pass seeing the
+// sliding_window keys that end at its own; then the ring keeps the newest of them. Rows of a
+// sequence have consecutive positions, the ring's newest entry just before the first.
+void CpuOps::window_attention(int l, std::span<const ForwardRow> rows) {
+  const int wl = c_.window_layer(l), W = c_.sliding_window;
+  const int D = c_.head_dim, Hkv = c_.num_kv_heads, G = c_.group_size();
+  const std::size_t QD = static_cast<std::size_t>(c_.num_heads) * D;
+  const std::size_t KD = static_cast<std::size_t>(Hkv) * D;
+  const std::size_t d = static_cast<std::size_t>(D);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const std::vector<float>& sinks = m_.layer(l).sinks;
+  const kernels::AttentionFn attend = kernels::attention_fn(KvDtype::f32, m_.attention_precision());
+  find_sequences(rows);
+  const std::size_t n_seq = seq_begin_.size() - 1;
+  pool_.parallel_for(n_seq * static_cast<std::size_t>(Hkv), [&](std::size_t task) {
+    const std::size_t sq = task / static_cast<std::size_t>(Hkv);
+    const int h = static_cast<int>(task % static_cast<std::size_t>(Hkv));
+    const std::size_t a = seq_begin_[sq], b = seq_begin_[sq + 1];
+    KvCache& cache = *rows[a].cache;
+    const auto m = static_cast<std::size_t>(cache.window_length(wl));
+    const std::size_t n = m + (b - a);
+    float* ring_k = cache.window_keys(wl) + static_cast<std::size_t>(h) * W * d;
+    float* ring_v = cache.window_values(wl) + static_cast<std::size_t>(h) * W * d;
+    thread_local std::vector<float> keys, values, probs;
+    keys.resize(n * d);
+    values.resize(n * d);
+    probs.resize(static_cast<std::size_t>(G) * static_cast<std::size_t>(W));
+    std::copy(ring_k, ring_k + m * d, keys.begin());
+    std::copy(ring_v, ring_v + m * d, values.begin());
+    for (std::size_t r = a; r < b; ++r) {
+      const float* k = s_.k.data() + r * KD + static_cast<std::size_t>(h) * d;
+      const float* v = s_.v.data() + r * KD + static_cast<std::size_t>(h) * d;
+      std::copy(k, k + d, keys.begin() + static_cast<std::ptrdiff_t>((m + r - a) * d));
+      std::copy(v, v + d, values.begin() + static_cast<std::ptrdiff_t>((m + r - a) * d));
+    }
+    for (std::size_t r = a; r < b; ++r) {
+      const std::size_t end = m + r - a + 1;  // keys up to and including this row's
+      const std::size_t seen = std::min(end, static_cast<std::size_t>(W));
+      const float* k0 = keys.data() + (end - seen) * d;
+      const float* q = s_.q.data() + r * QD + static_cast<std::size_t>(h) * G * d;
+      float* o = s_.attn.data() + r * QD + static_cast<std::size_t>(h) * G * d;
+      attend(q, G, D, k0, values.data() + (end - seen) * d, static_cast<int>(seen), scale, o,
+             probs.data());
+      if (!sinks.empty())
+        apply_sinks(q, G, D, scale, sinks.data() + static_cast<std::size_t>(h) * G,
+                    static_cast<int>(seen), probs.data(), o,
+                    [&](int j) { return k0 + static_cast<std::size_t>(j) * d; });
+    }
+    const std::size_t keep = std::min(n, static_cast<std::size_t>(W));
+    std::copy(keys.end() - static_cast<std::ptrdiff_t>(keep * d), keys.end(), ring_k);
+    std::copy(values.end() - static_cast<std::ptrdiff_t>(keep * d), values.end(), ring_v);
+  });
+  for (std::size_t sq = 0; sq < n_seq; ++sq) {
+    KvCache& cache = *rows[seq_begin_[sq]].cache;
+    const int n = cache.window_length(wl) + static_cast<int>(seq_begin_[sq + 1] - seq_begin_[sq]);
+    cache.set_window_length(wl, std::min(n, W));
+  }
+}
+
+void CpuOps::gate_attention() {
+  const std::size_t QD = static_cast<std::size_t>(c_.num_heads) * c_.head_dim;
+  for_rows([&](std::size_t r0, std::size_t r1) {
+    for (std::size_t i = r0 * QD; i < r1 * QD; ++i)
+      s_.attn[i] *= 1.0f / (1.0f + std::exp(-s_.q_gate[i]));
+  });
+}
+
+// The mixture of experts (ModelConfig::moe): router logits for every row, each row's top-k
+// experts and weights, then expert by expert the rows that chose it through one GEMM each (as
+// llama.cpp's mul_mat_id), a decode step reading only its chosen experts' rows.
+void CpuOps::moe(int layer, Act in, Act residual) {
+  const ExpertWeights& w = m_.layer(layer).moe;
+  const MoeConfig& mc = c_.moe;
+  const int E = mc.experts, K = mc.experts_used, F = mc.expert_ff;
+  const std::size_t H = static_cast<std::size_t>(c_.hidden_size);
+  const std::size_t Ff = static_cast<std::size_t>(F);
+  const float* x = buf(in);
+  const bool oai = mc.routing == MoeConfig::Routing::TopKSoftmax;
+  s_.router.resize(T_ * static_cast<std::size_t>(E));
+  kernels::matmul(x, T_, w.router, s_.router.data(), pool_);
+  add_bias(s_.router.data(), w.router_bias, 0, T_);
+  s_.expert_ids.resize(T_ * static_cast<std::size_t>(K));
+  s_.expert_weights.resize(T_ * static_cast<std::size_t>(K));
+  for (std::size_t r = 0; r < T_; ++r) {
+    float* z = s_.router.data() + r * static_cast<std::size_t>(E);
+    if (!oai) {  // p = softmax(z) over all experts, selected by p
+      const float mx = *std::max_element(z, z + E);
+      float sum = 0.0f;
+      for (int e = 0; e < E; ++e) sum += z[e] = std::exp(z[e] - mx);
+      for (int e = 0; e < E; ++e) z[e] /= sum;
+    }
+    int* ids = s_.expert_ids.data() + r * static_cast<std::size_t>(K);
+    float* wt = s_.expert_weights.data() + r * static_cast<std::size_t>(K);
+    for (int k = 0; k < K; ++k) {  // the k-th largest, the lowest id on ties
+      int best = -1;
+      for (int e = 0; e < E; ++e) {
+        if (std::find(ids, ids + k, e) != ids + k) continue;
+        if (best < 0 || z[e] > z[best]) best = e;
+      }
+      ids[k] = best;
+      wt[k] = z[best];
+    }
+    if (oai) {  // softmax over the selected logits
+      const float mx = *std::max_element(wt, wt + K);
+      for (int k = 0; k < K; ++k) wt[k] = std::exp(wt[k] - mx);
+    }
+    float sum = 0.0f;
+    for (int k = 0; k < K; ++k) sum += wt[k];
+    for (int k = 0; k < K; ++k) wt[k] /= sum;
+  }
+  s_.moe_out.assign(T_ * H, 0.0f);
+  std::vector<std::size_t> picked;
+  std::vector<float> weight;
+  for (int e = 0; e < E; ++e) {
+    picked.clear();
+    weight.clear();
+    for (std::size_t r = 0; r < T_; ++r)
+      for (int k = 0; k < K; ++k)
+        if (s_.expert_ids[r * static_cast<std::size_t>(K) + static_cast<std::size_t>(k)] == e) {
+          picked.push_back(r);
+          weight.push_back(
+              s_.expert_weights[r * static_cast<std::size_t>(K) + static_cast<std::size_t>(k)]);
+        }
+    if (picked.empty()) continue;
+    const std::size_t n = picked.size();
+    s_.expert_in.resize(n * H);
+    for (std::size_t i = 0; i < n; ++i)
+      std::copy(x + picked[i] * H, x + (picked[i] + 1) * H,
+                s_.expert_in.begin() + static_cast<std::ptrdiff_t>(i * H));
+    s_.expert_gate.resize(n * Ff);
+    s_.expert_up.resize(n * Ff);
+    s_.expert_out.resize(n * H);
+    const kernels::MatmulProduct gu[] = {{expert_matrix(w.gate, E, e), s_.expert_gate.data()},
+                                         {expert_matrix(w.up, E, e), s_.expert_up.data()}};
+    kernels::matmul_many(s_.expert_in.data(), n, gu, pool_);
+    if (oai) {
+      const float* bg = w.gate_bias.data() + static_cast<std::size_t>(e) * Ff;
+      const float* bu = w.up_bias.data() + static_cast<std::size_t>(e) * Ff;
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < Ff; ++j) {
+          const float g = std::min(s_.expert_gate[i * Ff + j] + bg[j], 7.0f);
+          const float u = std::clamp(s_.expert_up[i * Ff + j] + bu[j], -7.0f, 7.0f);
+          s_.expert_gate[i * Ff + j] = g / (1.0f + std::exp(-1.702f * g)) * (u + 1.0f);
+        }
+    } else {
+      kernels::silu_mul(s_.expert_gate.data(), s_.expert_up.data(), n * Ff);
+    }
+    kernels::matmul(s_.expert_gate.data(), n, expert_matrix(w.down, E, e), s_.expert_out.data(),
+                    pool_);
+    const float* bd =
+        w.down_bias.empty() ? nullptr : w.down_bias.data() + static_cast<std::size_t>(e) * H;
+    for (std::size_t i = 0; i < n; ++i) {
+      float* y = s_.moe_out.data() + picked[i] * H;
+      const float* o = s_.expert_out.data() + i * H;
+      for (std::size_t j = 0; j < H; ++j) y[j] += weight[i] * (bd ? o[j] + bd[j] : o[j]);
+    }
+  }
+  if (mc.shared_ff > 0) {  // the shared expert, gated per row by sigmoid(shared_router . x)
+    const std::size_t Fs = static_cast<std::size_t>(mc.shared_ff);
+    s_.expert_gate.resize(T_ * Fs);
+    s_.expert_up.resize(T_ * Fs);
+    s_.expert_out.resize(T_ * H);
+    const kernels::MatmulProduct gu[] = {{w.shared_gate, s_.expert_gate.data()},
+                                         {w.shared_up, s_.expert_up.data()}};
+    kernels::matmul_many(x, T_, gu, pool_);
+    kernels::silu_mul(s_.expert_gate.data(), s_.expert_up.data(), T_ * Fs);
+    kernels::matmul(s_.expert_gate.data(), T_, w.shared_down, s_.expert_out.data(), pool_);
+    for (std::size_t r = 0; r < T_; ++r) {
+      float dot = 0.0f;
+      for (std::size_t j = 0; j < H; ++j) dot += x[r * H + j] * w.shared_router[j];
+      const float gate = 1.0f / (1.0f + std::exp(-dot));
+      for (std::size_t j = 0; j < H; ++j) s_.moe_out[r * H + j] += gate * s_.expert_out[r * H + j];
+    }
+  }
+  float* y = buf(residual);
+  for_rows([&](std::size_t r0, std::size_t r1) {
+    for (std::size_t i = r0 * H; i < r1 * H; ++i) y[i] += s_.moe_out[i];
+  });
+}
+
+// Gated DeltaNet (Qwen3.5; docs/ARCHITECTURES.md): the projections of every row, then per
+// sequence its causal conv over the channels (the conv window in the state) and, per v head, the
+// delta-rule recurrence over its rows in order; the gated norm; the output projection.
+void CpuOps::delta_net(int layer, std::span<const ForwardRow> rows, Act in, Act residual) {
+  const DeltaNetWeights& w = m_.layer(layer).delta_net;
+  const DeltaNetConfig& dc = c_.delta_net;
+  const int dl = c_.delta_net_layer(layer);
+  const std::size_t C = static_cast<std::size_t>(dc.conv_channels());
+  const std::size_t Kc = static_cast<std::size_t>(dc.conv_kernel);
+  const int Hk = dc.k_heads, Hv = dc.v_heads;
+  const std::size_t dk = static_cast<std::size_t>(dc.head_k_dim);
+  const std::size_t dv = static_cast<std::size_t>(dc.head_v_dim);
+  const std::size_t V = static_cast<std::size_t>(Hv) * dv;
+  const std::size_t H = static_cast<std::size_t>(c_.hidden_size);
+  const float eps = c_.rms_norm_eps;
+  s_.dn_qkv.resize(T_ * C);
+  s_.dn_z.resize(T_ * V);
+  s_.dn_beta.resize(T_ * static_cast<std::size_t>(Hv));
+  s_.dn_alpha.resize(T_ * static_cast<std::size_t>(Hv));
+  s_.dn_out.resize(T_ * V);
+  const kernels::MatmulProduct products[] = {{w.qkv, s_.dn_qkv.data()},
+                                             {w.z, s_.dn_z.data()},
+                                             {w.beta, s_.dn_beta.data()},
+                                             {w.alpha, s_.dn_alpha.data()}};
+  kernels::matmul_many(buf(in), T_, products, pool_);
+  find_sequences(rows);
+  const std::size_t n_seq = seq_begin_.size() - 1;
+  const std::size_t per_layer = dc.state_floats();
+  // The conv, then SiLU and the L2 norms of q and k, per sequence.
+  pool_.parallel_for(n_seq, [&](std::size_t sq) {
+    float* conv_state =
+        rows[seq_begin_[sq]].cache->recurrent() + static_cast<std::size_t>(dl) * per_layer;
+    for (std::size_t r = seq_begin_[sq]; r < seq_begin_[sq + 1]; ++r) {
+      float* x = s_.dn_qkv.data() + r * C;
+      for (std::size_t ch = 0; ch < C; ++ch) {
+        const float* tap = w.conv.data() + ch * Kc;
+        float y = tap[Kc - 1] * x[ch];
+        for (std::size_t k = 0; k + 1 < Kc; ++k) y += tap[k] * conv_state[k * C + ch];
+        for (std::size_t k = 0; k + 2 < Kc; ++k)
+          conv_state[k * C + ch] = conv_state[(k + 1) * C + ch];
+        if (Kc > 1) conv_state[(Kc - 2) * C + ch] = x[ch];
+        x[ch] = y / (1.0f + std::exp(-y));
+      }
+      for (int h = 0; h < 2 * Hk; ++h) {  // q heads, then k heads
+        float* v = x + static_cast<std::size_t>(h) * dk;
+        float ss = 0.0f;
+        for (std::size_t i = 0; i < dk; ++i) ss += v[i] * v[i];
+        const float inv = 1.0f / std::max(std::sqrt(ss), eps);
+        for (std::size_t i = 0; i < dk; ++i) v[i] *= inv;
+      }
+    }
+  });
+  // The recurrence, per (sequence, v head): v head h reads q/k head h mod k_heads.
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  pool_.parallel_for(n_seq * static_cast<std::size_t>(Hv), [&](std::size_t task) {
+    const std::size_t sq = task / static_cast<std::size_t>(Hv);
+    const int h = static_cast<int>(task % static_cast<std::size_t>(Hv));
+    const std::size_t kh = static_cast<std::size_t>(h % Hk);
+    float* S = rows[seq_begin_[sq]].cache->recurrent() + static_cast<std::size_t>(dl) * per_layer +
+               (Kc - 1) * C + static_cast<std::size_t>(h) * dv * dk;
+    for (std::size_t r = seq_begin_[sq]; r < seq_begin_[sq + 1]; ++r) {
+      const float* x = s_.dn_qkv.data() + r * C;
+      const float* q = x + kh * dk;
+      const float* k = x + static_cast<std::size_t>(Hk) * dk + kh * dk;
+      const float* v = x + 2 * static_cast<std::size_t>(Hk) * dk + static_cast<std::size_t>(h) * dv;
+      const float a = s_.dn_alpha[r * static_cast<std::size_t>(Hv) + static_cast<std::size_t>(h)] +
+                      w.dt_bias[static_cast<std::size_t>(h)];
+      const float softplus = a > 20.0f ? a : std::log1p(std::exp(a));
+      const float decay = std::exp(softplus * w.a[static_cast<std::size_t>(h)]);
+      const float b = s_.dn_beta[r * static_cast<std::size_t>(Hv) + static_cast<std::size_t>(h)];
+      const float beta = 1.0f / (1.0f + std::exp(-b));
+      float* o = s_.dn_out.data() + r * V + static_cast<std::size_t>(h) * dv;
+      for (std::size_t i = 0; i < dv; ++i) {
+        float* Si = S + i * dk;
+        float sk = 0.0f;
+        for (std::size_t j = 0; j < dk; ++j) sk += (Si[j] *= decay) * k[j];
+        const float delta = beta * (v[i] - sk);
+        float sq_ = 0.0f;
+        for (std::size_t j = 0; j < dk; ++j) sq_ += (Si[j] += delta * k[j]) * q[j];
+        o[i] = sq_ * q_scale;
+      }
+      // The gated norm: RMSNorm(o) * norm, times silu(z).
+      float ss = 0.0f;
+      for (std::size_t i = 0; i < dv; ++i) ss += o[i] * o[i];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dv) + eps);
+      const float* z = s_.dn_z.data() + r * V + static_cast<std::size_t>(h) * dv;
+      for (std::size_t i = 0; i < dv; ++i)
+        o[i] = o[i] * inv * w.norm[i] * (z[i] / (1.0f + std::exp(-z[i])));
+    }
+  });
+  s_.moe_out.resize(T_ * H);
+  kernels::matmul(s_.dn_out.data(), T_, w.out, s_.moe_out.data(), pool_);
+  float* y = buf(residual);
+  for_rows([&](std::size_t r0, std::size_t r1) {
+    for (std::size_t i = r0 * H; i < r1 * H; ++i) y[i] += s_.moe_out[i];
+  });
 }
 
 }  // namespace
@@ -486,6 +868,11 @@ class LockedOps final : public ForwardOps {
   }
   void add(Act dst, Act src) override { ops_.add(dst, src); }
   void silu_mul() override { ops_.silu_mul(); }
+  void gate_attention() override { ops_.gate_attention(); }
+  void moe(int layer, Act in, Act residual) override { ops_.moe(layer, in, residual); }
+  void delta_net(int layer, std::span<const ForwardRow> rows, Act in, Act residual) override {
+    ops_.delta_net(layer, rows, in, residual);
+  }
   bool on_host() const override { return ops_.on_host(); }
   float* host(Act a) override { return ops_.host(a); }
   void logits(std::span<const ForwardRow> rows, Act in, float* out) override {

@@ -1,5 +1,6 @@
 // Loading a checkpoint: every tensor the architecture needs is looked up, its shape and dtype
 // checked, and its memory-mapped data used in place (small vectors are converted to f32).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -37,11 +38,29 @@ std::vector<float> vector_f32(const TensorStore& store, const std::string& name,
 // inv_freq[j] = theta^(-2j/d) in float32 as HF computes it, then Llama-3.1's frequency-dependent
 // scaling when configured (HF _compute_llama3_parameters; golden models README).
 std::vector<float> rope_inv_freq(const ModelConfig& c) {
-  const int half = c.head_dim / 2;
+  const int rot = c.rotary_dim(), half = rot / 2;
   std::vector<float> inv(static_cast<std::size_t>(half));
   for (int j = 0; j < half; ++j) {
-    const float exponent = static_cast<float>(2 * j) / static_cast<float>(c.head_dim);
+    const float exponent = static_cast<float>(2 * j) / static_cast<float>(rot);
     inv[static_cast<std::size_t>(j)] = 1.0f / std::pow(c.rope_theta, exponent);
+  }
+  if (c.rope_scaling.yarn) {
+    // YaRN as llama.cpp's rope_yarn computes it: pair j's angle is interpolated (divided by the
+    // factor) below the correction range, extrapolated (left as is) above it, and mixed by a
+    // linear ramp inside [low, high]; the range is where beta_fast and beta_slow rotations fit
+    // in the original context, floored and ceiled (golden arch README, gpt-oss).
+    const auto& s = c.rope_scaling;
+    const double n = rot, base = c.rope_theta, ctx = s.original_max_position_embeddings;
+    auto corr = [&](double rotations) {
+      return n * std::log(ctx / (rotations * 2.0 * M_PI)) / (2.0 * std::log(base));
+    };
+    const float low = static_cast<float>(std::max(0.0, std::floor(corr(s.beta_fast))));
+    const float high = static_cast<float>(std::min(n - 1, std::ceil(corr(s.beta_slow))));
+    for (int j = 0; j < half; ++j) {
+      const float y = (static_cast<float>(j) - low) / std::max(0.001f, high - low);
+      const float ramp = 1.0f - std::clamp(y, 0.0f, 1.0f);
+      inv[static_cast<std::size_t>(j)] *= (1.0f - ramp) / s.factor + ramp;
+    }
   }
   if (c.rope_scaling.llama3) {
     const auto& s = c.rope_scaling;
@@ -68,6 +87,8 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
   if (is_gguf_path(dir)) {
     std::unique_ptr<Model> g = load_gguf(dir);
     g->inv_freq_ = rope_inv_freq(g->config_);
+    if (g->config_.rope_scaling.yarn)
+      g->rope_mscale_ = 1.0f + 0.1f * std::log(g->config_.rope_scaling.factor);
     // llama.cpp's rope_freqs: theta_j = position * theta^(-2j/d) / divisor_j.
     for (std::size_t j = 0; j < g->rope_freq_divisors_.size(); ++j)
       g->inv_freq_[j] /= g->rope_freq_divisors_[j];
@@ -122,25 +143,42 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
 }
 
 KvDtype Model::default_kv_dtype() const {
-  return layers_.empty() || layers_.front().k.dtype == DType::F32 ? KvDtype::f32 : KvDtype::bf16;
+  for (const LayerWeights& l : layers_)
+    if (l.k.data != nullptr) return l.k.dtype == DType::F32 ? KvDtype::f32 : KvDtype::bf16;
+  return KvDtype::f32;
 }
+
+namespace {
+// Every matrix of a layer, each with the share of it one token's forward pass reads (the
+// chosen experts of a mixture: experts_used of experts).
+template <typename W, typename Fn>
+void for_each_matrix(W& l, const ModelConfig& c, const Fn& fn) {
+  for (auto* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.q_gate, &l.delta_net.qkv,
+                  &l.delta_net.z, &l.delta_net.beta, &l.delta_net.alpha, &l.delta_net.out,
+                  &l.moe.router, &l.moe.shared_gate, &l.moe.shared_up, &l.moe.shared_down})
+    if (w->data != nullptr) fn(*w, 1.0);
+  const double used =
+      c.moe.experts > 0 ? static_cast<double>(c.moe.experts_used) / c.moe.experts : 0.0;
+  for (auto* w : {&l.moe.gate, &l.moe.up, &l.moe.down})
+    if (w->data != nullptr) fn(*w, used);
+}
+}  // namespace
 
 void Model::set_matmul_precision(kernels::MatmulPrecision precision) {
   for (LayerWeights& l : layers_)
-    for (kernels::WeightView* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-      w->precision = precision;
+    for_each_matrix(l, config_, [&](kernels::WeightView& w, double) { w.precision = precision; });
   lm_head_.precision = precision;
 }
 
 Model::MatmulFootprint Model::matmul_footprint() const {
   MatmulFootprint f;
-  auto add = [&](const kernels::WeightView& w) {
-    f.params += w.rows * w.cols;
-    f.bytes += w.rows * dtype_row_bytes(w.dtype, w.cols);
+  auto add = [&](const kernels::WeightView& w, double share) {
+    f.params += static_cast<std::size_t>(static_cast<double>(w.rows * w.cols) * share);
+    f.bytes += static_cast<std::size_t>(
+        static_cast<double>(w.rows * dtype_row_bytes(w.dtype, w.cols)) * share);
   };
-  for (const LayerWeights& l : layers_)
-    for (const kernels::WeightView* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) add(*w);
-  add(lm_head_);
+  for (const LayerWeights& l : layers_) for_each_matrix(l, config_, add);
+  add(lm_head_, 1.0);
   f.head_params = lm_head_.rows * lm_head_.cols;
   return f;
 }

@@ -88,10 +88,26 @@ struct GgufLoader {
     return {t.data, dtype_of(t), static_cast<std::size_t>(rows), static_cast<std::size_t>(cols)};
   }
 
+  // A 3-D stack of expert matrices ([experts][rows][cols] in Hugging Face order) as one matrix
+  // of experts * rows rows (expert_matrix picks one).
+  kernels::WeightView experts(const std::string& name, std::int64_t experts, std::int64_t rows,
+                              std::int64_t cols) const {
+    const GgufTensor& t = get(name, {experts, rows, cols});
+    return {t.data, dtype_of(t), static_cast<std::size_t>(experts * rows),
+            static_cast<std::size_t>(cols)};
+  }
+
   std::vector<float> vector_f32(const std::string& name, std::int64_t n) const {
-    const GgufTensor& t = get(name, {n});
+    return vector_f32(name, Shape{n});
+  }
+  // Any float tensor of Hugging Face shape `hf`, as float32 in row-major order.
+  std::vector<float> vector_f32(const std::string& name, const Shape& hf) const {
+    const GgufTensor& t = get(name, hf);
     const DType dt = dtype_of(t);
-    std::vector<float> v(static_cast<std::size_t>(n));
+    if (dtype_is_quantized(dt))
+      fail("tensor " + name + " is quantized (" + std::string(t.type->name) +
+           "); it must be F32, F16 or BF16");
+    std::vector<float> v(static_cast<std::size_t>(t.numel()));
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = load_as_f32(t.data, dt, i);
     return v;
   }
@@ -115,6 +131,24 @@ kernels::WeightView unpermute_rows(const kernels::WeightView& w, int head_dim,
     }
   owner.push_back(buffer);
   return {out, w.dtype, w.rows, w.cols};
+}
+
+// Qwen3.5's attn_q rows, per head [query (head_dim rows) | gate (head_dim rows)], split into the
+// query rows (q, in place) and the gate rows (gate), copies kept alive by `owner`.
+void split_gate_rows(kernels::WeightView& q, int head_dim, kernels::WeightView& gate,
+                     std::vector<std::shared_ptr<const void>>& owner) {
+  const std::size_t row_bytes = dtype_row_bytes(q.dtype, q.cols);
+  const std::size_t D = static_cast<std::size_t>(head_dim), heads = q.rows / (2 * D);
+  auto buffer = std::make_shared<std::vector<std::uint64_t>>((q.rows * row_bytes + 7) / 8);
+  auto* out = reinterpret_cast<std::byte*>(buffer->data());
+  const auto* in = static_cast<const std::byte*>(q.data);
+  for (std::size_t h = 0; h < heads; ++h) {
+    std::memcpy(out + h * D * row_bytes, in + 2 * h * D * row_bytes, D * row_bytes);
+    std::memcpy(out + (heads + h) * D * row_bytes, in + (2 * h + 1) * D * row_bytes, D * row_bytes);
+  }
+  owner.push_back(buffer);
+  q = {out, q.dtype, heads * D, q.cols, q.precision};
+  gate = {out + heads * D * row_bytes, q.dtype, heads * D, q.cols, q.precision};
 }
 
 std::vector<float> unpermute_vector(const std::vector<float>& v, int head_dim) {
@@ -142,18 +176,30 @@ std::unique_ptr<Model> Model::load_gguf(const std::filesystem::path& path) {
   if (!arch) L.fail("missing metadata 'general.architecture'");
   L.arch = *arch;
   ModelConfig& c = m->config_;
-  if (L.arch == "llama") {
-    c.arch = Architecture::Llama;
-    c.architecture_name = "LlamaForCausalLM";
-  } else if (L.arch == "qwen2") {
-    c.arch = Architecture::Qwen2;
-    c.architecture_name = "Qwen2ForCausalLM";
-  } else if (L.arch == "qwen3") {
-    c.arch = Architecture::Qwen3;
-    c.architecture_name = "Qwen3ForCausalLM";
-  } else {
-    L.fail("unsupported GGUF architecture '" + L.arch + "' (supported: llama, qwen2, qwen3)");
-  }
+  struct ArchName {
+    const char* gguf;
+    Architecture arch;
+    const char* hf;
+  };
+  static constexpr ArchName kArchs[] = {
+      {"llama", Architecture::Llama, "LlamaForCausalLM"},
+      {"qwen2", Architecture::Qwen2, "Qwen2ForCausalLM"},
+      {"qwen3", Architecture::Qwen3, "Qwen3ForCausalLM"},
+      {"qwen3moe", Architecture::Qwen3Moe, "Qwen3MoeForCausalLM"},
+      {"gpt-oss", Architecture::GptOss, "GptOssForCausalLM"},
+      {"qwen35", Architecture::Qwen35, "Qwen3_5ForCausalLM"},
+      {"qwen35moe", Architecture::Qwen35Moe, "Qwen3_5MoeForCausalLM"}};
+  const ArchName* found = nullptr;
+  for (const ArchName& a : kArchs)
+    if (L.arch == a.gguf) found = &a;
+  if (found == nullptr)
+    L.fail("unsupported GGUF architecture '" + L.arch +
+           "' (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, qwen35, qwen35moe)");
+  c.arch = found->arch;
+  c.architecture_name = found->hf;
+  const bool gpt_oss = c.arch == Architecture::GptOss;
+  const bool qwen35 = c.arch == Architecture::Qwen35 || c.arch == Architecture::Qwen35Moe;
+  const bool moe = c.arch == Architecture::Qwen3Moe || gpt_oss || c.arch == Architecture::Qwen35Moe;
 
   // Every tensor's type must be one the model reads, named with the first that is not.
   for (const GgufTensor& t : g.tensors()) L.dtype_of(t);
@@ -162,7 +208,8 @@ std::unique_ptr<Model> Model::load_gguf(const std::filesystem::path& path) {
   c.num_layers = L.get_int(L.key("block_count"), std::nullopt);
   c.num_heads = L.get_int(L.key("attention.head_count"), std::nullopt);
   c.num_kv_heads = L.get_int(L.key("attention.head_count_kv"), c.num_heads);
-  c.intermediate_size = L.get_int(L.key("feed_forward_length"), std::nullopt);
+  c.intermediate_size =
+      L.get_int(L.key("feed_forward_length"), moe ? std::optional(1) : std::nullopt);
   c.max_position_embeddings = L.get_int(L.key("context_length"), std::nullopt);
   if (c.num_heads > c.hidden_size)
     L.fail(L.key("attention.head_count") + " exceeds embedding_length");
@@ -175,10 +222,26 @@ std::unique_ptr<Model> Model::load_gguf(const std::filesystem::path& path) {
   if (c.head_dim % 2 != 0)
     L.fail("the head dimension must be even, got " + std::to_string(c.head_dim));
   const int rope_dims = L.get_int(L.key("rope.dimension_count"), c.head_dim);
-  if (rope_dims != c.head_dim)
+  if (rope_dims > c.head_dim || rope_dims % 2 != 0)
     L.fail(L.key("rope.dimension_count") + " is " + std::to_string(rope_dims) +
-           " but the head dimension is " + std::to_string(c.head_dim) +
-           ": partial rotary embeddings are not supported");
+           ", expected an even number no larger than the head dimension " +
+           std::to_string(c.head_dim));
+  if (rope_dims != c.head_dim) {
+    if (!qwen35)
+      L.fail(L.key("rope.dimension_count") + " is " + std::to_string(rope_dims) +
+             " but the head dimension is " + std::to_string(c.head_dim) +
+             ": partial rotary embeddings are supported for qwen35 only");
+    c.rope_dim = rope_dims;
+  }
+  if (const auto* sections = g.get_int_array(L.key("rope.dimension_sections"))) {
+    // IMRoPE (Qwen3.5): text positions are equal in every section, so the sections reduce to
+    // plain RoPE as long as they cover every frequency pair.
+    std::int64_t pairs = 0;
+    for (std::int64_t v : *sections) pairs += v;
+    if (pairs != rope_dims / 2)
+      L.fail(L.key("rope.dimension_sections") + " cover " + std::to_string(pairs) +
+             " frequency pairs, but rope.dimension_count has " + std::to_string(rope_dims / 2));
+  }
   const auto eps = g.get_real(L.key("attention.layer_norm_rms_epsilon"));
   if (!eps) L.fail("missing metadata '" + L.key("attention.layer_norm_rms_epsilon") + "'");
   if (!(*eps > 0.0 && *eps < 1.0))
@@ -186,9 +249,58 @@ std::unique_ptr<Model> Model::load_gguf(const std::filesystem::path& path) {
   c.rms_norm_eps = static_cast<float>(*eps);
   c.rope_theta = static_cast<float>(g.get_real(L.key("rope.freq_base")).value_or(10000.0));
   if (!(c.rope_theta > 0.0f)) L.fail(L.key("rope.freq_base") + " must be positive");
-  if (const auto scaling = g.get_string(L.key("rope.scaling.type")); scaling && *scaling != "none")
-    L.fail("rope scaling '" + *scaling + "' (" + L.key("rope.scaling.type") +
-           ") is not supported for GGUF files yet");
+  if (const auto scaling = g.get_string(L.key("rope.scaling.type"));
+      scaling && *scaling != "none") {
+    if (*scaling != "yarn")
+      L.fail("rope scaling '" + *scaling + "' (" + L.key("rope.scaling.type") +
+             ") is not supported for GGUF files (supported: yarn)");
+    RopeScaling& y = c.rope_scaling;
+    y.yarn = true;
+    y.factor = static_cast<float>(g.get_real(L.key("rope.scaling.factor")).value_or(1.0));
+    y.original_max_position_embeddings =
+        L.get_int(L.key("rope.scaling.original_context_length"), c.max_position_embeddings);
+    // llama.cpp reads yarn_beta_fast/slow but uses its defaults, 32 and 1, whatever they say.
+    y.beta_fast = 32.0f;
+    y.beta_slow = 1.0f;
+    if (!(y.factor >= 1.0f) || !std::isfinite(y.factor))
+      L.fail(L.key("rope.scaling.factor") + " must be at least 1");
+  }
+  if (moe) {
+    c.moe.experts = L.get_int(L.key("expert_count"), std::nullopt);
+    c.moe.experts_used = L.get_int(L.key("expert_used_count"), std::nullopt);
+    c.moe.expert_ff = L.get_int(L.key("expert_feed_forward_length"), std::nullopt);
+    if (c.arch == Architecture::Qwen35Moe)
+      c.moe.shared_ff = L.get_int(L.key("expert_shared_feed_forward_length"), std::nullopt);
+    if (c.moe.experts_used > c.moe.experts)
+      L.fail(L.key("expert_used_count") + " exceeds expert_count");
+    c.moe.routing = gpt_oss ? MoeConfig::Routing::TopKSoftmax : MoeConfig::Routing::SoftmaxTopK;
+  }
+  c.layer_kinds.assign(static_cast<std::size_t>(c.num_layers), LayerKind::Attention);
+  if (gpt_oss) {
+    c.sliding_window = L.get_int(L.key("attention.sliding_window"), std::nullopt);
+    c.attention_sinks = true;
+    c.output_bias = true;
+    for (int l = 0; l < c.num_layers; l += 2)  // llama.cpp's swa pattern 2: the even layers
+      c.layer_kinds[static_cast<std::size_t>(l)] = LayerKind::SlidingWindow;
+  }
+  if (qwen35) {
+    DeltaNetConfig& d = c.delta_net;
+    d.k_heads = L.get_int(L.key("ssm.group_count"), std::nullopt);
+    d.v_heads = L.get_int(L.key("ssm.time_step_rank"), std::nullopt);
+    d.head_k_dim = L.get_int(L.key("ssm.state_size"), std::nullopt);
+    const int inner = L.get_int(L.key("ssm.inner_size"), std::nullopt);
+    d.conv_kernel = L.get_int(L.key("ssm.conv_kernel"), std::nullopt);
+    if (inner % d.v_heads != 0 || d.v_heads % d.k_heads != 0)
+      L.fail(L.key("ssm.inner_size") +
+             " must divide into time_step_rank heads, and those into "
+             "group_count groups");
+    d.head_v_dim = inner / d.v_heads;
+    const int interval = L.get_int(L.key("full_attention_interval"), 4);
+    for (int l = 0; l < c.num_layers; ++l)
+      if ((l + 1) % interval != 0) c.layer_kinds[static_cast<std::size_t>(l)] = LayerKind::DeltaNet;
+    c.attention_gate = true;
+  }
+  if (c.kv_layers() == 0) L.fail("the model has no full-attention layer");
 
   if (const auto* tokens = g.get_string_array("tokenizer.ggml.tokens")) {
     c.vocab_size = static_cast<int>(tokens->size());
@@ -205,8 +317,9 @@ std::unique_ptr<Model> Model::load_gguf(const std::filesystem::path& path) {
   std::sort(c.eos_token_ids.begin(), c.eos_token_ids.end());
   c.eos_token_ids.erase(std::unique(c.eos_token_ids.begin(), c.eos_token_ids.end()),
                         c.eos_token_ids.end());
-  c.qk_norm = c.arch == Architecture::Qwen3;
-  c.attention_bias = c.arch == Architecture::Qwen2 || g.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.qk_norm = c.arch == Architecture::Qwen3 || c.arch == Architecture::Qwen3Moe || qwen35;
+  c.attention_bias =
+      c.arch == Architecture::Qwen2 || gpt_oss || g.find_tensor("blk.0.attn_q.bias") != nullptr;
   c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
 
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
@@ -230,31 +343,75 @@ std::unique_ptr<Model> Model::load_gguf(const std::filesystem::path& path) {
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights w;
-    w.q = L.matrix(p + "attn_q.weight", QD, H);
-    w.k = L.matrix(p + "attn_k.weight", KD, H);
-    if (unpermute) {
-      w.q = unpermute_rows(w.q, c.head_dim, m->keep_alive_);
-      w.k = unpermute_rows(w.k, c.head_dim, m->keep_alive_);
-    }
-    w.v = L.matrix(p + "attn_v.weight", KD, H);
-    w.o = L.matrix(p + "attn_output.weight", H, QD);
-    w.gate = L.matrix(p + "ffn_gate.weight", I, H);
-    w.up = L.matrix(p + "ffn_up.weight", I, H);
-    w.down = L.matrix(p + "ffn_down.weight", H, I);
+    const LayerKind kind = c.layer_kind(l);
     w.input_norm = L.vector_f32(p + "attn_norm.weight", H);
-    w.post_norm = L.vector_f32(p + "ffn_norm.weight", H);
-    if (c.attention_bias) {
-      w.q_bias = L.vector_f32(p + "attn_q.bias", QD);
-      w.k_bias = L.vector_f32(p + "attn_k.bias", KD);
-      w.v_bias = L.vector_f32(p + "attn_v.bias", KD);
+    w.post_norm =
+        L.vector_f32(p + (gpt_oss || qwen35 ? "post_attention_norm.weight" : "ffn_norm.weight"), H);
+    if (kind == LayerKind::DeltaNet) {
+      const DeltaNetConfig& d = c.delta_net;
+      const std::int64_t C = d.conv_channels(), Hv = d.v_heads;
+      const std::int64_t Vd = static_cast<std::int64_t>(d.v_heads) * d.head_v_dim;
+      DeltaNetWeights& n = w.delta_net;
+      n.qkv = L.matrix(p + "attn_qkv.weight", C, H);
+      n.z = L.matrix(p + "attn_gate.weight", Vd, H);
+      n.beta = L.matrix(p + "ssm_beta.weight", Hv, H);
+      n.alpha = L.matrix(p + "ssm_alpha.weight", Hv, H);
+      n.out = L.matrix(p + "ssm_out.weight", H, Vd);
+      n.conv = L.vector_f32(p + "ssm_conv1d.weight", {C, d.conv_kernel});
+      n.dt_bias = L.vector_f32(p + "ssm_dt.bias", Hv);
+      n.a = L.vector_f32(p + "ssm_a", Hv);
+      n.norm = L.vector_f32(p + "ssm_norm.weight", d.head_v_dim);
+    } else {
+      // Qwen3.5's q projection holds each head's query and its output gate side by side.
+      w.q = L.matrix(p + "attn_q.weight", c.attention_gate ? 2 * QD : QD, H);
+      if (c.attention_gate) split_gate_rows(w.q, c.head_dim, w.q_gate, m->keep_alive_);
+      w.k = L.matrix(p + "attn_k.weight", KD, H);
       if (unpermute) {
-        w.q_bias = unpermute_vector(w.q_bias, c.head_dim);
-        w.k_bias = unpermute_vector(w.k_bias, c.head_dim);
+        w.q = unpermute_rows(w.q, c.head_dim, m->keep_alive_);
+        w.k = unpermute_rows(w.k, c.head_dim, m->keep_alive_);
+      }
+      w.v = L.matrix(p + "attn_v.weight", KD, H);
+      w.o = L.matrix(p + "attn_output.weight", H, QD);
+      if (c.attention_bias) {
+        w.q_bias = L.vector_f32(p + "attn_q.bias", QD);
+        w.k_bias = L.vector_f32(p + "attn_k.bias", KD);
+        w.v_bias = L.vector_f32(p + "attn_v.bias", KD);
+        if (unpermute) {
+          w.q_bias = unpermute_vector(w.q_bias, c.head_dim);
+          w.k_bias = unpermute_vector(w.k_bias, c.head_dim);
+        }
+      }
+      if (c.output_bias) w.o_bias = L.vector_f32(p + "attn_output.bias", H);
+      if (c.attention_sinks) w.sinks = L.vector_f32(p + "attn_sinks.weight", c.num_heads);
+      if (c.qk_norm) {
+        w.q_norm = L.vector_f32(p + "attn_q_norm.weight", D);
+        w.k_norm = L.vector_f32(p + "attn_k_norm.weight", D);
       }
     }
-    if (c.qk_norm) {
-      w.q_norm = L.vector_f32(p + "attn_q_norm.weight", D);
-      w.k_norm = L.vector_f32(p + "attn_k_norm.weight", D);
+    if (moe) {
+      const std::int64_t E = c.moe.experts, F = c.moe.expert_ff;
+      ExpertWeights& x = w.moe;
+      x.router = L.matrix(p + "ffn_gate_inp.weight", E, H);
+      x.gate = L.experts(p + "ffn_gate_exps.weight", E, F, H);
+      x.up = L.experts(p + "ffn_up_exps.weight", E, F, H);
+      x.down = L.experts(p + "ffn_down_exps.weight", E, H, F);
+      if (gpt_oss) {
+        x.router_bias = L.vector_f32(p + "ffn_gate_inp.bias", E);
+        x.gate_bias = L.vector_f32(p + "ffn_gate_exps.bias", {E, F});
+        x.up_bias = L.vector_f32(p + "ffn_up_exps.bias", {E, F});
+        x.down_bias = L.vector_f32(p + "ffn_down_exps.bias", {E, H});
+      }
+      if (c.moe.shared_ff > 0) {
+        const std::int64_t Fs = c.moe.shared_ff;
+        x.shared_gate = L.matrix(p + "ffn_gate_shexp.weight", Fs, H);
+        x.shared_up = L.matrix(p + "ffn_up_shexp.weight", Fs, H);
+        x.shared_down = L.matrix(p + "ffn_down_shexp.weight", H, Fs);
+        x.shared_router = L.vector_f32(p + "ffn_gate_inp_shexp.weight", H);
+      }
+    } else {
+      w.gate = L.matrix(p + "ffn_gate.weight", I, H);
+      w.up = L.matrix(p + "ffn_up.weight", I, H);
+      w.down = L.matrix(p + "ffn_down.weight", H, I);
     }
     m->layers_.push_back(std::move(w));
   }
