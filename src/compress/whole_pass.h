@@ -32,6 +32,7 @@ struct SequenceView {
   // inverse frequencies [head_dim / 2] (angle = position * frequency).
   const tri::Stats* query_stats = nullptr;
   std::span<const float> rope_frequencies;
+  double rope_scale = 1.0;  // the magnitude RoPE puts on cos and sin (YaRN's mscale; else 1)
 };
 
 struct SequencePlan {

@@ -53,7 +53,7 @@ std::uint64_t BatchEngine::submit(PreparedRequest request, SequenceHooks hooks) 
   auto seq = std::make_unique<Sequence>();
   seq->memory = std::make_unique<KvMemory>(
       request.request.compression, options_.compression_vocab, request.request.steering,
-      ModelCalibration{options_.query_stats, model_.rope_frequencies()});
+      ModelCalibration{options_.query_stats, model_.rope_frequencies(), model_.rope_magnitude()});
   if (request.request.on_compression) seq->memory->set_listener(request.request.on_compression);
   seq->id = next_id_++;
   seq->request = std::move(request);

@@ -153,6 +153,7 @@ void KvMemory::compress_whole_pass(std::int64_t tokens, ThreadPool* pool) {
   view.round_start = tokens;
   if (calibration_.query_stats) view.query_stats = &calibration_.query_stats->stats;
   view.rope_frequencies = calibration_.rope_frequencies;
+  view.rope_scale = calibration_.rope_scale;
   // The policy reads float32 keys: a cache in another dtype converts every layer's (scratch).
   if (cache.dtype() != KvDtype::f32)
     keys_f32_.resize(static_cast<std::size_t>(shape.layers) * shape.kv_heads);

@@ -63,6 +63,7 @@ using CompressionListener = std::function<void(const CompressionEvent&)>;
 struct ModelCalibration {
   std::shared_ptr<const QueryStats> query_stats;  // null: none loaded
   std::span<const float> rope_frequencies;        // [head_dim / 2]; the model outlives the memory
+  float rope_scale = 1.0f;                        // YaRN's magnitude on cos and sin (1 otherwise)
 };
 
 class KvMemory {

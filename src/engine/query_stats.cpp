@@ -41,6 +41,17 @@ std::int64_t parse_meta_int(const std::map<std::string, std::string>& meta, cons
   return v;
 }
 
+// TriAttention's frequency statistics pair dimensions (f, f + head_dim / 2), every pair rotated:
+// a model that rotates only part of each head (Qwen3.5) is refused, naming why.
+void require_full_rotary(const ModelConfig& c) {
+  if (c.rotary_dim() != c.head_dim)
+    throw Error(
+        "TriAttention's query statistics need rotary embeddings on every dimension of the "
+        "head; this " +
+        c.arch_label() + " model rotates " + std::to_string(c.rotary_dim()) + " of " +
+        std::to_string(c.head_dim) + " (use another method for it)");
+}
+
 std::string meta_or(const std::map<std::string, std::string>& meta, const std::string& key) {
   auto it = meta.find(key);
   return it == meta.end() ? std::string() : it->second;
@@ -59,7 +70,9 @@ class QueryMoments {
     if (c.head_dim % 2 != 0)
       throw Error("query statistics need an even head size (this model's is " +
                   std::to_string(c.head_dim) + ")");
-    const std::size_t cells = static_cast<std::size_t>(c.num_layers) * c.num_heads * c.head_dim / 2;
+    require_full_rotary(c);
+    const std::size_t cells =
+        static_cast<std::size_t>(c.kv_layers()) * c.num_heads * c.head_dim / 2;
     re_.assign(cells, 0.0);
     im_.assign(cells, 0.0);
     abs_.assign(cells, 0.0);
@@ -77,7 +90,8 @@ class QueryMoments {
                   std::to_string(c.max_position_embeddings) + " (truncate it)");
     const int n = static_cast<int>(tokens.size());
     chunk = std::min(chunk, n);
-    const int L = c.num_layers, Hq = c.num_heads, D = c.head_dim, F = D / 2;
+    // The statistics are kept per cache layer (the full-attention layers, ModelConfig::kv_layer).
+    const int L = c.kv_layers(), Hq = c.num_heads, D = c.head_dim, F = D / 2;
     // The whole sequence stays in the cache (later chunks attend to it); the ring holds one
     // chunk's queries, read after each pass. f32 keeps the keys as the forward pass made them.
     KvCache cache(model_.cache_shape(n, chunk, KvDtype::f32));
@@ -142,7 +156,7 @@ class QueryMoments {
     out.tokens = tokens_;
     out.model = model_name(model_);
     tri::Stats& s = out.stats;
-    s.layers = c.num_layers;
+    s.layers = c.kv_layers();
     s.q_heads = c.num_heads;
     s.freqs = c.head_dim / 2;
     const auto n = static_cast<double>(tokens_);
@@ -267,11 +281,12 @@ std::shared_ptr<const QueryStats> load_query_stats(const std::string& path, cons
   if (head_dim != 2 * shape[2])
     throw Error(path + ": metadata says head_dim " + std::to_string(head_dim) + " but the tensors" +
                 " have " + std::to_string(shape[2]) + " frequency pairs per head");
-  if (shape[0] != c.num_layers || shape[1] != c.num_heads || head_dim != c.head_dim)
+  require_full_rotary(c);
+  if (shape[0] != c.kv_layers() || shape[1] != c.num_heads || head_dim != c.head_dim)
     throw Error(path + ": the statistics are for " + std::to_string(shape[0]) + " layers x " +
                 std::to_string(shape[1]) + " query heads of size " + std::to_string(head_dim) +
                 (made_for.empty() ? std::string() : " (model '" + made_for + "')") +
-                ", this model has " + std::to_string(c.num_layers) + " layers x " +
+                ", this model has " + std::to_string(c.kv_layers()) + " attention layers x " +
                 std::to_string(c.num_heads) + " query heads of size " + std::to_string(c.head_dim) +
                 " (compute them for it with rkv calibrate)");
   const std::int64_t tokens = parse_meta_int(meta, "tokens", path);
@@ -284,7 +299,7 @@ std::shared_ptr<const QueryStats> load_query_stats(const std::string& path, cons
   q->text = meta_or(meta, "text");
   q->origin = path;
   tri::Stats& s = q->stats;
-  s.layers = c.num_layers;
+  s.layers = c.kv_layers();
   s.q_heads = c.num_heads;
   s.freqs = c.head_dim / 2;
   std::vector<double>* dst[3] = {&s.mean_re, &s.mean_im, &s.abs_mean};

@@ -175,7 +175,7 @@ void setup(CLI::App& app) {
       const double T = args->n_prompt;
       const double layer_params = static_cast<double>(matmuls.params - matmuls.head_params);
       const double flops = 2.0 * layer_params * T + 2.0 * static_cast<double>(matmuls.head_params) +
-                           2.0 * c.num_layers * c.num_heads * c.head_dim * T * (T + 1);
+                           2.0 * c.kv_layers() * c.num_heads * c.head_dim * T * (T + 1);
       report("pp" + std::to_string(args->n_prompt), 0, args->n_prompt, best, flops, true);
     }
     for (int depth : args->n_gen > 0 ? depths : std::vector<int>{}) {
@@ -183,8 +183,9 @@ void setup(CLI::App& app) {
       std::int64_t compressions = 0;
       int entries = 0;
       for (int rep = 0; rep < args->repetitions; ++rep) {
-        KvMemory memory(kv_params, {}, {},
-                        ModelCalibration{query_stats, model->rope_frequencies()});
+        KvMemory memory(
+            kv_params, {}, {},
+            ModelCalibration{query_stats, model->rope_frequencies(), model->rope_magnitude()});
         memory.allocate(KvMemory::shape_for(
             *model, kv_params, KvMemory::capacity_for(kv_params, depth, args->n_gen), kv_dtype));
         KvMemory* const memories[] = {&memory};
@@ -211,9 +212,10 @@ void setup(CLI::App& app) {
         const double t0 = now_seconds();
         for (int i = 0; i < args->n_gen; ++i) {
           std::size_t held = 0;
-          for (int l = 0; l < c.num_layers; ++l) held += static_cast<std::size_t>(cache.length(l));
+          // (The cache layers: a sliding window's or DeltaNet's constant state aside.)
+          for (int l = 0; l < c.kv_layers(); ++l) held += static_cast<std::size_t>(cache.length(l));
           bytes += static_cast<double>(matmuls.bytes) +
-                   (static_cast<double>(held) + c.num_layers) * kv_entry_bytes;
+                   (static_cast<double>(held) + c.kv_layers()) * kv_entry_bytes;
           memory.begin_decode_step(token, depth + i);
           const ForwardRow row{memory.cache_for_appends(), token, depth + i, true};
           runner.run({&row, 1}, memories, logits.data());

@@ -48,7 +48,7 @@ SequencePlan plan(const SequenceView& view, const CompressionParams& params, Thr
                 " entries) does not fit under the budget (" + std::to_string(params.budget) + ")");
   tri::Rope rope;
   rope.omega.assign(view.rope_frequencies.begin(), view.rope_frequencies.end());
-  rope.scale = 1.0;  // rkv's RoPE variants (default, llama3) have attention_scaling 1
+  rope.scale = view.rope_scale;  // attention_scaling: 1 but for YaRN (gpt-oss)
   rope.offsets = tri::geometric_offsets(params.offset_max);
   SequencePlan out;
   out.decision = tri::decide(view.keys, view.head_dim, view.q_heads, view.prefix, stats, rope,

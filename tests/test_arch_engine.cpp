@@ -1,0 +1,184 @@
+// The engine on the mixture-of-experts and hybrid architectures (../shared/golden/arch's files):
+// compression works on the full-attention layers exactly as on a dense model, the sliding-window
+// rings and DeltaNet states stay constant-size parts of the slot, and continuous batching gives
+// every request the tokens it gets alone.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "batch_test_util.h"
+#include "core/error.h"
+#include "engine/batch_engine.h"
+#include "engine/query_stats.h"
+#include "test_util.h"
+
+namespace rkv {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ArchFile {
+  const char* name;
+  const char* path;  // under golden/arch
+};
+const ArchFile kArchs[] = {{"qwen3moe", "qwen3moe/qwen3moe-tiny-s101-f32.gguf"},
+                           {"gpt-oss", "gpt-oss/gpt-oss-tiny-s202-f32.gguf"},
+                           {"gpt-oss-mxfp4", "gpt-oss/gpt-oss-tiny-s202-mxfp4.gguf"},
+                           {"qwen35", "qwen35/qwen35-tiny-s303-f32.gguf"},
+                           {"qwen35moe", "qwen35moe/qwen35moe-tiny-s404-f32.gguf"}};
+
+// A hand-made vocabulary for skipkv (its sentences end at id 7): the files have none.
+CompressionVocab arch_vocab() {
+  CompressionVocab v;
+  v.token_text = [](int id) -> std::string { return id % 7 == 0 ? ".\n" : "w"; };
+  return v;
+}
+
+Request arch_request(const std::string& method, int budget, int prompt_len, int max_new, int seed) {
+  Request r;
+  for (int i = 0; i < prompt_len; ++i) r.prompt_ids.push_back(3 + (i * 31 + seed * 97) % 300);
+  r.decode_text = false;
+  r.max_new_tokens = max_new;
+  r.sampling.temperature = 0.0f;
+  r.ignore_eos = true;
+  r.kv_dtype = KvDtype::f32;
+  r.compression = CompressionParams::defaults(parse_method(method));
+  if (method != "fullkv") {
+    r.compression.budget = budget;
+    r.compression.buffer = 8;
+    r.compression.window = 4;
+    r.compression.sinks = 2;
+  }
+  return r;
+}
+
+class ArchEngine : public ::testing::TestWithParam<ArchFile> {
+ protected:
+  void SetUp() override {
+    const fs::path shared = test::shared_dir();
+    if (shared.empty())
+      GTEST_SKIP() << "../shared (the golden files) is not beside the repository; set "
+                      "RKV_SHARED_DIR to run this test";
+    model_ = Model::load(shared / "golden/arch" / GetParam().path);
+    // TriAttention's statistics, where the model's RoPE allows them (not Qwen3.5's partial one).
+    if (model_->config().rotary_dim() == model_->config().head_dim) {
+      std::vector<int> text;
+      for (int i = 0; i < 48; ++i) text.push_back(5 + (i * 13) % 300);
+      stats_ = std::make_shared<QueryStats>(calibrate_queries(*model_, pool_, text, 16));
+    }
+  }
+
+  BatchResult alone(const Request& r) {
+    BatchEngineOptions options;
+    options.compression_vocab = arch_vocab();
+    options.query_stats = stats_;
+    BatchEngine engine(*model_, pool_, std::move(options));
+    engine.submit(test::prepared_request(*model_, r));
+    engine.run();
+    return engine.take_results().at(0);
+  }
+
+  std::unique_ptr<Model> model_;
+  ThreadPool pool_{2};
+  std::shared_ptr<const QueryStats> stats_;
+};
+
+// Every method whose budget holds the whole sequence never evicts: fullkv's tokens.
+TEST_P(ArchEngine, EveryMethodWithABudgetAboveTheLengthGivesFullkvsTokens) {
+  const BatchResult full = alone(arch_request("fullkv", 0, 14, 24, 1));
+  ASSERT_EQ(full.stop_reason, "length") << full.error;
+  for (const MethodInfo& m : method_table()) {
+    if (!m.compresses) continue;
+    if (m.needs.query_stats && !stats_) continue;  // refused below
+    const BatchResult r = alone(arch_request(std::string(m.name), 64, 14, 24, 1));
+    EXPECT_EQ(r.stop_reason, "length") << m.name << ": " << r.error;
+    EXPECT_EQ(r.tokens, full.tokens) << m.name;
+    EXPECT_EQ(r.compressions, 0) << m.name;
+  }
+}
+
+// A compressing run holds budget + buffer entries per head of each full-attention layer (the
+// cache has those layers only); the slot adds the windows and recurrent states, constant.
+TEST_P(ArchEngine, ACompressedRunKeepsItsCacheLayersAtBudgetPlusBuffer) {
+  const ModelConfig& c = model_->config();
+  for (const char* method : {"rkv", "h2o", "snapkv", "streamingllm"}) {
+    const Request req = arch_request(method, 16, 14, 40, 2);
+    const BatchResult r = alone(req);
+    ASSERT_EQ(r.stop_reason, "length") << method << ": " << r.error;
+    EXPECT_EQ(r.cache_capacity, 16 + 8) << method;
+    EXPECT_LE(r.max_cache_entries, 16 + 8) << method;
+    EXPECT_GT(r.compressions, 0) << method;
+    // Each compression event compresses every cache layer, and only those.
+    EXPECT_EQ(r.compressions % c.kv_layers(), 0) << method;
+    const KvCacheShape shape = model_->cache_shape(16 + 8, 4, KvDtype::f32);
+    EXPECT_EQ(shape.layers, c.kv_layers());
+    EXPECT_EQ(r.kv_bytes, KvCache::slot_bytes_for(shape)) << method;
+    EXPECT_EQ(KvCache::fixed_state_bytes_for(shape),
+              sizeof(float) * (2 * static_cast<std::size_t>(c.window_layers()) * c.num_kv_heads *
+                                   c.sliding_window * c.head_dim +
+                               c.delta_net_layers() * c.delta_net.state_floats()));
+  }
+}
+
+// Requests of mixed methods and budgets in one batch, prompts prefilled in chunks beside
+// decoding sequences: each gets the tokens it gets alone (its ring and state its own).
+TEST_P(ArchEngine, EverySequenceOfABatchMatchesItsRunAlone) {
+  struct Spec {
+    const char* method;
+    int budget, prompt, max_new;
+  };
+  std::vector<Spec> specs = {{"fullkv", 0, 12, 30},  {"rkv", 16, 30, 40},
+                             {"snapkv", 20, 9, 30},  {"h2o", 16, 25, 35},
+                             {"gkv", 24, 40, 24},    {"streamingllm", 12, 15, 40},
+                             {"skipkv", 20, 18, 30}, {"random", 16, 20, 30}};
+  if (stats_) specs.push_back({"triattention", 24, 10, 40});
+  std::vector<std::vector<int>> expected;
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    expected.push_back(alone(arch_request(specs[i].method, specs[i].budget, specs[i].prompt,
+                                          specs[i].max_new, static_cast<int>(i)))
+                           .tokens);
+  BatchEngineOptions options;
+  options.prefill_chunk = 16;
+  options.compression_vocab = arch_vocab();
+  options.query_stats = stats_;
+  BatchEngine engine(*model_, pool_, std::move(options));
+  std::map<std::uint64_t, std::size_t> index;
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    index[engine.submit(test::prepared_request(
+        *model_, arch_request(specs[i].method, specs[i].budget, specs[i].prompt, specs[i].max_new,
+                              static_cast<int>(i))))] = i;
+  engine.run();
+  const auto results = engine.take_results();
+  ASSERT_EQ(results.size(), specs.size());
+  for (const auto& r : results) {
+    const std::size_t i = index.at(r.id);
+    EXPECT_EQ(r.stop_reason, "length") << specs[i].method << ": " << r.error;
+    EXPECT_EQ(r.tokens, expected[i]) << specs[i].method << " #" << i;
+  }
+  EXPECT_EQ(engine.peak_running(), static_cast<int>(specs.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, ArchEngine, ::testing::ValuesIn(kArchs), [](const auto& p) {
+  std::string n = p.param.name;
+  for (char& ch : n)
+    if (ch == '-') ch = '_';
+  return n;
+});
+
+// TriAttention's statistics pair every dimension of a head: Qwen3.5's partial RoPE is refused,
+// naming why, rather than scored wrongly.
+TEST(ArchTriAttention, PartialRotaryIsRefusedClearly) {
+  RKV_REQUIRE_SHARED(shared);
+  auto model = Model::load(shared / "golden/arch/qwen35/qwen35-tiny-s303-f32.gguf");
+  ThreadPool pool(1);
+  const std::vector<int> text = {5, 6, 7, 8};
+  try {
+    calibrate_queries(*model, pool, text, 4);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rotates 16 of 64"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace rkv
