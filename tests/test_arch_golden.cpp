@@ -100,5 +100,42 @@ TEST(ArchGolden, Qwen35MoeMatchesLlamaCpp) {
   EXPECT_LE(check_golden(shared / "golden/arch/qwen35moe", "golden.json"), 1e-3);
 }
 
+// The same through the command line, on files without a vocabulary: `rkv generate --prompt-ids
+// ... --print-ids` gives the 32 greedy ids, `rkv logits --ids` step 0's logits.
+TEST(ArchGolden, CliGeneratesTheGreedyIdsAndLogits) {
+  RKV_REQUIRE_SHARED(shared);
+  for (const char* name :
+       {"qwen3moe/golden.json", "gpt-oss/golden.json", "gpt-oss/golden_mxfp4.json",
+        "qwen35/golden.json", "qwen35moe/golden.json"}) {
+    SCOPED_TRACE(name);
+    const fs::path json = shared / "golden/arch" / name;
+    const auto golden = test::read_json(json);
+    const fs::path model = json.parent_path() / golden["model_file"].get<std::string>();
+    std::string ids;
+    for (int id : golden["prompt_ids"].get<std::vector<int>>())
+      ids += (ids.empty() ? "" : ",") + std::to_string(id);
+    std::string out;
+    ASSERT_EQ(test::run_command(test::rkv_binary() + " generate -m '" + model.string() +
+                                    "' --prompt-ids " + ids +
+                                    " --print-ids -n 32 --temperature 0 --kv-dtype f32 "
+                                    "2>/dev/null",
+                                out),
+              0);
+    EXPECT_EQ(nlohmann::json::parse(out.substr(0, out.find('\n'))).get<std::vector<int>>(),
+              golden["greedy_ids"].get<std::vector<int>>());
+    ASSERT_EQ(test::run_command(test::rkv_binary() + " logits -m '" + model.string() + "' --ids " +
+                                    ids + " --kv-dtype f32 2>/dev/null",
+                                out),
+              0);
+    const auto logits = nlohmann::json::parse(out)["logits"][0];
+    double diff = 0.0;
+    for (std::size_t v = 0; v < logits.size(); ++v)
+      diff =
+          std::max(diff, std::abs(logits[v].get<double>() - golden["logits"][0][v].get<double>()));
+    EXPECT_EQ(logits.size(), golden["logits"][0].size());
+    EXPECT_LE(diff, 1e-3);
+  }
+}
+
 }  // namespace
 }  // namespace rkv
