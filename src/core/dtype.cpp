@@ -22,6 +22,8 @@ std::string_view dtype_name(DType t) {
       return "q4_k";
     case DType::Q6_K:
       return "q6_k";
+    case DType::MXFP4:
+      return "mxfp4";
   }
   return "?";
 }
@@ -35,8 +37,9 @@ DType parse_dtype(std::string_view name) {
   if (name == "q5_0" || name == "Q5_0") return DType::Q5_0;
   if (name == "q4_k" || name == "Q4_K") return DType::Q4_K;
   if (name == "q6_k" || name == "Q6_K") return DType::Q6_K;
+  if (name == "mxfp4" || name == "MXFP4") return DType::MXFP4;
   throw Error("unsupported dtype '" + std::string(name) +
-              "' (expected f32, bf16, f16, q8_0, q4_0, q5_0, q4_k or q6_k)");
+              "' (expected f32, bf16, f16, q8_0, q4_0, q5_0, q4_k, q6_k or mxfp4)");
 }
 
 float f16_to_f32(std::uint16_t h) {

@@ -11,12 +11,12 @@
 
 namespace rkv {
 
-enum class DType { F32, BF16, F16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K };
+enum class DType { F32, BF16, F16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, MXFP4 };
 
 inline bool dtype_is_quantized(DType t) {
   return t != DType::F32 && t != DType::BF16 && t != DType::F16;
 }
-// Elements per block: 1 for the float types, 32 for Q8_0/Q4_0/Q5_0, 256 for Q4_K/Q6_K.
+// Elements per block: 1 for the float types, 32 for Q8_0/Q4_0/Q5_0/MXFP4, 256 for Q4_K/Q6_K.
 inline std::size_t dtype_block_elements(DType t) {
   switch (t) {
     case DType::F32:
@@ -26,6 +26,7 @@ inline std::size_t dtype_block_elements(DType t) {
     case DType::Q8_0:
     case DType::Q4_0:
     case DType::Q5_0:
+    case DType::MXFP4:
       return 32;
     case DType::Q4_K:
     case DType::Q6_K:
@@ -51,6 +52,8 @@ inline std::size_t dtype_size(DType t) {
       return 144;  // f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles
     case DType::Q6_K:
       return 210;  // 128 bytes low nibbles, 64 bytes high 2 bits, 16 int8 scales, f16 d
+    case DType::MXFP4:
+      return 17;  // E8M0 exponent, 16 bytes of 4-bit codes
   }
   return 4;
 }
@@ -60,7 +63,8 @@ inline std::size_t dtype_row_bytes(DType t, std::size_t cols) {
 }
 std::string_view dtype_name(DType t);
 // Parses "f32"/"F32"/"float32", "bf16"/"BF16"/"bfloat16", "f16"/"F16"/"float16", and the
-// quantized weight types "q8_0", "q4_0", "q5_0", "q4_k", "q6_k" (either case); throws rkv::Error.
+// quantized weight types "q8_0", "q4_0", "q5_0", "q4_k", "q6_k", "mxfp4" (either case); throws
+// rkv::Error.
 DType parse_dtype(std::string_view name);
 
 // bf16 is the upper half of an f32: the upcast is exact, the downcast rounds to nearest even.

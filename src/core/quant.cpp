@@ -185,6 +185,32 @@ void quantize_q6_k(const float* x, std::uint8_t* out) {
   }
 }
 
+// ggml's quantize_row_mxfp4_ref for one block (see quant.h).
+void quantize_mxfp4(const float* x, std::uint8_t* out) {
+  float amax = 0.0f;
+  for (int k = 0; k < 32; ++k)
+    if (amax < std::fabs(x[k])) amax = std::fabs(x[k]);
+  // ggml: (uint8_t)(floorf(log2f(amax)) - 2 + 127); the float is at most 252 for finite amax.
+  const float ef = amax > 0.0f ? std::floor(std::log2(amax)) - 2.0f + 127.0f : 0.0f;
+  const auto e = static_cast<std::uint8_t>(ef > 0.0f ? std::min(ef, 255.0f) : 0.0f);
+  const float d = e8m0_half(e);
+  out[0] = e;
+  auto best = [d](float v) {
+    int index = 0;
+    float best_err = std::fabs(static_cast<float>(kMxfp4Values[0]) * d - v);
+    for (int c = 1; c < 16; ++c) {
+      const float err = std::fabs(static_cast<float>(kMxfp4Values[c]) * d - v);
+      if (err < best_err) {
+        index = c;
+        best_err = err;
+      }
+    }
+    return index;
+  };
+  for (int k = 0; k < 16; ++k)
+    out[1 + k] = static_cast<std::uint8_t>(best(x[k]) | best(x[k + 16]) << 4);
+}
+
 }  // namespace
 
 void decode_block32(DType t, const void* row, std::size_t b, Block32& out) {
@@ -247,6 +273,15 @@ void decode_block32(DType t, const void* row, std::size_t b, Block32& out) {
       out.mul[1] = scales[2 * j + 1];
       return;
     }
+    case DType::MXFP4: {
+      const std::uint8_t* blk = p + b * 17;
+      out.f = e8m0_half(blk[0]);
+      for (int k = 0; k < 16; ++k) {
+        out.q[k] = kMxfp4Values[blk[1 + k] & 0xF];
+        out.q[k + 16] = kMxfp4Values[blk[1 + k] >> 4];
+      }
+      return;
+    }
     default:
       not_quantized(t);
   }
@@ -287,6 +322,9 @@ void quantize_row(DType t, const float* x, std::size_t cols, void* out) {
         break;
       case DType::Q6_K:
         quantize_q6_k(xb, ob);
+        break;
+      case DType::MXFP4:
+        quantize_mxfp4(xb, ob);
         break;
       default:
         not_quantized(t);

@@ -19,6 +19,10 @@
 //        bits 2-3, element l + 64 the high nibble of ql[l] and bits 4-5, element l + 96 the high
 //        nibble of ql[l + 32] and bits 6-7; q = (nibble | two bits << 4) - 32, and element e of
 //        the half has scale scales[e / 16].                          w = d * scale * q
+//  MXFP4 32 elements, 17 bytes: u8 e (an E8M0 exponent, not f16), u8 qs[16]; element k < 16 is
+//        the low nibble of qs[k], element k + 16 its high nibble, each a 4-bit E2M1 code c whose
+//        value doubled is kMxfp4Values[c]. With f = e8m0_half(e) = 2^(e - 127) / 2,
+//                                                                    w = f * kMxfp4Values[c]
 #pragma once
 
 #include <cstddef>
@@ -28,6 +32,20 @@
 #include "core/dtype.h"
 
 namespace rkv::quant {
+
+// MXFP4's E2M1 values doubled, by 4-bit code (ggml's kvalues_mxfp4): bit 3 is the sign.
+inline constexpr std::int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                                 0, -1, -2, -3, -4, -6, -8, -12};
+
+// An E8M0 exponent's scale halved, 2^(e - 128), as ggml's GGML_E8M0_TO_FP32_HALF computes it:
+// the float's bits directly (e < 2 gives the denormals 2^-128 and 2^-127), so exact for every e.
+inline float e8m0_half(std::uint8_t e) {
+  const std::uint32_t bits =
+      e < 2 ? std::uint32_t{0x00200000} << e : static_cast<std::uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 // One 32-element block of a quantized row as integers: element k is
 //   f * mul[k / 16] * q[k] - min
@@ -68,6 +86,10 @@ void dequantize_row(DType t, const void* row, std::size_t cols, float* out);
 // Q4_K/Q6_K: one pass without ggml's iterative search: per sub-block the range (Q4_K: min and
 // max, scale (max - min) / 15; Q6_K: largest magnitude / 32), the scales and mins to 6 (8) bits
 // against the super-block's largest, then every element rounded with its block's final scale.
+// MXFP4 (as ggml's quantize_row_mxfp4_ref and gguf-py's quants.MXFP4, byte for byte): e =
+// floor(log2(max|x|)) - 2 + 127 in float (0 for a block of zeros; clamped to 0 where ggml's
+// conversion would go negative, max|x| < 2^-125), then each element the first code of least
+// |kMxfp4Values[c] * e8m0_half(e) - x| (so 0, not 8, for zero; values above 12 f clip to it).
 void quantize_row(DType t, const float* x, std::size_t cols, void* out);
 
 // ---- activations ----------------------------------------------------------------------------

@@ -267,13 +267,15 @@ std::uint32_t ggml_type_id(DType t) {
       return 12;
     case DType::Q6_K:
       return 14;
+    case DType::MXFP4:
+      return 39;
   }
   return kGgmlF32;
 }
 
 std::optional<DType> dtype_of_ggml_type(std::uint32_t id) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0,
-                  DType::Q4_K, DType::Q6_K})
+                  DType::Q4_K, DType::Q6_K, DType::MXFP4})
     if (ggml_type_id(t) == id) return t;
   return std::nullopt;
 }
