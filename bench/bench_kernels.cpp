@@ -225,7 +225,8 @@ int register_benchmarks() {
   }
   for (std::size_t T : {std::size_t{1}, std::size_t{512}}) {
     for (const Shape& s : {kShapes[2], kShapes[3]}) {
-      for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q6_K}) {
+      for (DType dtype :
+           {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::MXFP4}) {
         if (s.k % rkv::dtype_block_elements(dtype) != 0) continue;
         for (int threads : {1, 2}) {
           const std::string name = std::string("QuantMatmul/") + s.name + "/T" + std::to_string(T) +

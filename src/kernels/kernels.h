@@ -30,7 +30,7 @@ MatmulPrecision parse_matmul_precision(std::string_view name);
 
 // A row-major weight matrix of `rows` x `cols` elements of type `dtype` (a Linear layer's
 // [out_features][in_features]), used in place from the memory-mapped checkpoint. A quantized
-// dtype (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K: core/quant.h) stores each row as cols / block blocks.
+// dtype (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, MXFP4: core/quant.h) stores each row as cols / block blocks.
 struct WeightView {
   const void* data = nullptr;
   DType dtype = DType::F32;

@@ -1,5 +1,5 @@
-// AVX2 kernels for block-quantized weights (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K: core/quant.h) against
-// activations quantized to 8 bits in blocks of 32 (quant::quantize_activations, whose AVX2
+// AVX2 kernels for block-quantized weights (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, MXFP4: core/quant.h)
+// against activations quantized to 8 bits in blocks of 32 (quant::quantize_activations, whose AVX2
 // version is here and gives the same bytes).
 //
 // Each 32-element weight block is decoded to 32 small integers in a register (plus its float
@@ -7,9 +7,11 @@
 // is vpmaddubsw (unsigned x signed bytes to pairs of int16; signed weights go through the usual
 // abs/sign trick) then vpmaddwd (by 1, or Q6_K's scales) to eight int32, converted to float and
 // accumulated with one FMA by (weight scale x activation scale). Q4_K's mins are subtracted per
-// block with the activations' sums. A tile is R weight rows x TT activation rows, so each decoded
-// block serves TT rows of x (decode: TT = 1..4; prefill: the rows of x in chunks of 64, so that
-// the chunk stays in cache while the thread's weight rows stream past it).
+// block with the activations' sums; MXFP4's 4-bit codes become their values through a 16-byte
+// table (vpshufb), and its blocks are summed in llama.cpp's order (tile_mxfp4). A tile is R
+// weight rows x TT activation rows, so each decoded block serves TT rows of x (decode: TT = 1..4;
+// prefill: the rows of x in chunks of 64, so that the chunk stays in cache while the thread's
+// weight rows stream past it).
 //
 // Everything here has internal linkage and uses no out-of-line library templates (see
 // matmul_avx2.cpp).
@@ -73,6 +75,12 @@ inline __m256i q5_offsets(std::uint32_t bits) {
   return _mm256_andnot_si256(set, _mm256_set1_epi8(static_cast<char>(0xF0)));
 }
 
+// MXFP4's code -> value table (quant::kMxfp4Values) in both 128-bit halves, for vpshufb.
+inline __m256i mxfp4_values() {
+  return _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kMxfp4Values)));
+}
+
 template <DType D>
 inline void decode(const std::uint8_t* row, std::size_t b, Dec& o) {
   const __m256i ones = _mm256_set1_epi16(1);
@@ -92,6 +100,10 @@ inline void decode(const std::uint8_t* row, std::size_t b, Dec& o) {
     std::uint32_t qh;
     std::memcpy(&qh, blk + 2, 4);
     o.q = _mm256_or_si256(nibbles(blk + 6), q5_offsets(qh));
+  } else if constexpr (D == DType::MXFP4) {
+    const std::uint8_t* blk = row + b * 17;
+    o.f = quant::e8m0_half(blk[0]);
+    o.q = _mm256_shuffle_epi8(mxfp4_values(), nibbles(blk + 1));
   } else if constexpr (D == DType::Q4_K) {
     const std::uint8_t* blk = row + (b / 8) * 144;
     const int j = static_cast<int>(b % 8);
@@ -190,6 +202,68 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
   }
   for (int t = 0; t < TT; ++t)
     for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]) - mins[r][t];
+}
+
+// MXFP4 in ggml_vec_dot_mxfp4_q8_0's order (its AVX2 code): the even blocks accumulate in one
+// vector and the odd blocks in another, by FMA of (activation scale x E8M0 scale) with the eight
+// int32 sums of four products; the two vectors are added, then summed horizontally, and an odd
+// last block is added after that as a scalar, scale x integer sum. (Two accumulators per output
+// would be 32 vectors for 4 x 4 tiles; Tile::run gives this R <= 2.)
+template <int R, int TT>
+void tile_mxfp4(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x,
+                std::size_t K, std::size_t t0, float* y, std::size_t ldy) {
+  constexpr DType D = DType::MXFP4;
+  const std::size_t nb = K / 32;
+  const std::size_t pf = kPrefetchRows * rb;
+  __m256 acc[R][TT][2];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TT; ++t) acc[r][t][0] = acc[r][t][1] = _mm256_setzero_ps();
+  const std::int8_t* xq = x.q + t0 * K;
+  const float* xd = x.d + t0 * nb;
+  const __m256i ones = _mm256_set1_epi16(1);
+  std::size_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    for (int r = 0; r < R; ++r) prefetch_ahead(w + r * rb + b * 17, pf);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i xv[TT];
+      float dx[TT];
+      for (int t = 0; t < TT; ++t) {
+        xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * K + (b + h) * 32));
+        dx[t] = xd[t * nb + b + h];
+      }
+      for (int r = 0; r < R; ++r) {
+        Dec d;
+        decode<D>(w + r * rb, b + h, d);
+        const __m256i aq = _mm256_abs_epi8(d.q);
+        for (int t = 0; t < TT; ++t) {
+          const __m256i p =
+              _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv[t], d.q)), ones);
+          acc[r][t][h] =
+              _mm256_fmadd_ps(_mm256_set1_ps(d.f * dx[t]), _mm256_cvtepi32_ps(p), acc[r][t][h]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < TT; ++t)
+    for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(_mm256_add_ps(acc[r][t][0], acc[r][t][1]));
+  if (b < nb) {  // the odd last block
+    for (int r = 0; r < R; ++r) {
+      Dec d;
+      decode<D>(w + r * rb, b, d);
+      const __m256i aq = _mm256_abs_epi8(d.q);
+      for (int t = 0; t < TT; ++t) {
+        const __m256i xv =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * K + b * 32));
+        const __m256i p =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv, d.q)), ones);
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        y[t * ldy + r] += d.f * xd[t * nb + b] * static_cast<float>(_mm_cvtsi128_si32(s4));
+      }
+    }
+  }
 }
 
 // Q4_K / Q6_K: the same product, super-block by super-block, so that each row's scales are
@@ -300,10 +374,18 @@ struct Tile {
   template <int R, int TT>
   static void run(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x,
                   std::size_t K, std::size_t t0, float* y, std::size_t ldy) {
-    if constexpr (D == DType::Q4_K || D == DType::Q6_K)
+    if constexpr (D == DType::Q4_K || D == DType::Q6_K) {
       tile_k<D, R, TT>(w, rb, x, K, t0, y, ldy);
-    else
+    } else if constexpr (D == DType::MXFP4) {
+      if constexpr (R > 2) {
+        static_assert(R % 2 == 0);
+        for (int r = 0; r < R; r += 2) tile_mxfp4<2, TT>(w + r * rb, rb, x, K, t0, y + r, ldy);
+      } else {
+        tile_mxfp4<R, TT>(w, rb, x, K, t0, y, ldy);
+      }
+    } else {
       tile<D, R, TT>(w, rb, x, K, t0, y, ldy);
+    }
   }
 };
 

@@ -1,16 +1,17 @@
-// AVX-512 VNNI kernels for block-quantized weights (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K: core/quant.h)
-// against activations quantized to 8 bits in blocks of 32 (quant::quantize_activations; the
-// AVX2 quantizer gives the same bytes and is used here too). Dispatch (dispatch.cpp) runs them
-// for the AVX-512 instruction sets where the CPU also has AVX512-VNNI; without it those sets run
-// the AVX2 kernels.
+// AVX-512 VNNI kernels for block-quantized weights (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, MXFP4:
+// core/quant.h) against activations quantized to 8 bits in blocks of 32
+// (quant::quantize_activations; the AVX2 quantizer gives the same bytes and is used here too).
+// Dispatch (dispatch.cpp) runs them for the AVX-512 instruction sets where the CPU also has
+// AVX512-VNNI; without it those sets run the AVX2 kernels.
 //
 // Two consecutive 32-element blocks fill one 512-bit register. Each weight block is decoded to
 // 64 unsigned bytes u with w = f * mul * (u - o) - min: o = 128 for Q8_0 (u = q XOR 0x80), 8 for
-// Q4_0, 16 for Q5_0, 32 for Q6_K, 0 for Q4_K (whose min is subtracted with the activations'
-// block sums, as in the AVX2 kernels). vpdpbusd multiplies u by the signed activation bytes and
-// sums each group of four into an int32 lane; the offset is removed per lane with the same
-// instruction on a vector of o (computed once per activation row and block pair, shared by all
-// weight rows of a tile), so lane l holds the exact integer sum of q * x over its four elements.
+// Q4_0, 16 for Q5_0, 32 for Q6_K, 12 for MXFP4 (its codes' values plus 12, through a 16-byte
+// table with vpshufb), 0 for Q4_K (whose min is subtracted with the activations' block sums, as
+// in the AVX2 kernels). vpdpbusd multiplies u by the signed activation bytes and sums each group
+// of four into an int32 lane; the offset is removed per lane with the same instruction on a
+// vector of o (computed once per activation row and block pair, shared by all weight rows of a
+// tile), so lane l holds the exact integer sum of q * x over its four elements.
 // Lanes 0-7 belong to the first block and 8-15 to the second (Q6_K: each group of four lanes to
 // one 16-element scale), so one float vector of per-lane scales (weight scale x activation
 // scale) and one FMA accumulate both blocks. Tiles are R weight rows x TT activation rows, as in
@@ -44,11 +45,12 @@ constexpr std::size_t kPrefetchRows = 4;  // weight rows ahead (one 4-row tile),
 
 // The offset o of the unsigned encoding (see the top of the file).
 template <DType D>
-constexpr int kOffset = D == DType::Q8_0   ? 128
-                        : D == DType::Q4_0 ? 8
-                        : D == DType::Q5_0 ? 16
-                        : D == DType::Q6_K ? 32
-                                           : 0;
+constexpr int kOffset = D == DType::Q8_0    ? 128
+                        : D == DType::Q4_0  ? 8
+                        : D == DType::Q5_0  ? 16
+                        : D == DType::Q6_K  ? 32
+                        : D == DType::MXFP4 ? 12
+                                            : 0;
 
 inline float h2f(const std::uint8_t* p) {
   std::uint16_t h;
@@ -80,7 +82,8 @@ inline __m512i nibble_pair(const std::uint8_t* p0, const std::uint8_t* p1, bool 
                           _mm512_set1_epi8(0x0F));
 }
 
-// Q8_0 / Q4_0 / Q5_0: the unsigned bytes of blocks b and b + 1 of a row, and their scales.
+// Q8_0 / Q4_0 / Q5_0 / MXFP4: the unsigned bytes of blocks b and b + 1 of a row, and their
+// scales.
 template <DType D>
 inline __m512i decode_pair(const std::uint8_t* row, std::size_t b, bool two, float& f0, float& f1) {
   if constexpr (D == DType::Q8_0) {
@@ -97,6 +100,14 @@ inline __m512i decode_pair(const std::uint8_t* row, std::size_t b, bool two, flo
     f0 = h2f(blk);
     f1 = two ? h2f(blk + 18) : 0.0f;
     return nibble_pair(blk + 2, blk + 20, two);
+  } else if constexpr (D == DType::MXFP4) {
+    const std::uint8_t* blk = row + b * 17;
+    f0 = quant::e8m0_half(blk[0]);
+    f1 = two ? quant::e8m0_half(blk[17]) : 0.0f;
+    const __m128i values =
+        _mm_add_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kMxfp4Values)),
+                     _mm_set1_epi8(static_cast<char>(kOffset<D>)));
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(values), nibble_pair(blk + 1, blk + 18, two));
   } else {  // Q5_0
     const std::uint8_t* blk = row + b * 22;
     f0 = h2f(blk);
@@ -148,7 +159,8 @@ inline void accumulate(__m512i u, __m512 wf, const XPair<D, TT>& xp, __m512 (&ac
   }
 }
 
-// Q8_0 / Q4_0 / Q5_0: y[t][r] = row r of w . row t of x, for R weight rows and TT activation rows.
+// Q8_0 / Q4_0 / Q5_0 / MXFP4: y[t][r] = row r of w . row t of x, for R weight rows and TT
+// activation rows.
 template <DType D, int R, int TT>
 void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x, std::size_t K,
           std::size_t t0, float* y, std::size_t ldy) {

@@ -85,6 +85,9 @@ void quantized_rows(const quant::ActivationBlocks& x, std::size_t T, const Weigh
     case DType::Q6_K:
       quant_rows_of<Tile, kDecodeRowByRow, DType::Q6_K>(x, T, w, n0, n1, y, ldy);
       break;
+    case DType::MXFP4:
+      quant_rows_of<Tile, kDecodeRowByRow, DType::MXFP4>(x, T, w, n0, n1, y, ldy);
+      break;
     default:  // float types never come here (matmul_rows_* handle them)
       break;
   }
