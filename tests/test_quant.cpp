@@ -1,7 +1,9 @@
-// Block-quantized weights (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K): the formats against a float64
+// Block-quantized weights (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, MXFP4): the formats against a float64
 // dequantization written here from the format descriptions (not from src/core/quant.cpp), the
 // quantizers' round trip, and the matmul kernels of every instruction set against the portable
-// reference and against float64 oracles, on random blocks and odd shapes.
+// reference and against float64 oracles, on random blocks and odd shapes. MXFP4 also: blocks
+// and a dot product worked by hand, the reference and AVX2 kernels against llama.cpp's order of
+// float operations, and the quantizer against a GGUF file that gguf-py quantized (../shared).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +19,8 @@
 #include "core/quant.h"
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
+#include "model/gguf.h"
+#include "test_util.h"
 
 namespace rkv {
 namespace {
@@ -24,7 +28,15 @@ namespace {
 using kernels::Isa;
 using kernels::WeightView;
 
-const DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q6_K};
+const DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q5_0,
+                        DType::Q4_K, DType::Q6_K, DType::MXFP4};
+
+// MXFP4: the values of the 4-bit E2M1 codes, doubled (the OCP MX spec's 0, 0.5, 1, 1.5, 2, 3, 4,
+// 6 and their negatives), and the block scale 2^(e - 127) / 2.
+const int kE2m1Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+double e8m0_half_exact(int e) {
+  return std::ldexp(1.0, e - 128);
+}
 
 // ---- the float64 oracle, from the format descriptions -----------------------------------------
 
@@ -109,6 +121,13 @@ Elem oracle(DType t, const std::uint8_t* row, std::size_t k) {
       const double v = h16(b + 208) * scales[e / 16] * ((nib | (hi << 4)) - 32);
       return {v, std::fabs(v)};
     }
+    case DType::MXFP4: {
+      const std::uint8_t* b = row + (k / 32) * 17;
+      const std::size_t i = k % 32;
+      const int code = i < 16 ? (b[1 + i] & 0xF) : (b[1 + i - 16] >> 4);
+      const double v = e8m0_half_exact(b[0]) * kE2m1Doubled[code];
+      return {v, std::fabs(v)};
+    }
     default:
       ADD_FAILURE() << "not a quantized type";
       return {0, 0};
@@ -147,6 +166,9 @@ std::vector<std::uint8_t> random_rows(DType t, std::size_t rows, std::size_t col
         break;
       case DType::Q6_K:
         put_h16(b + 208, s / 64);
+        break;
+      case DType::MXFP4:  // 2^-13 .. 2^-4: values up to 0.75 in magnitude
+        b[0] = static_cast<std::uint8_t>(115 + byte(rng) % 10);
         break;
       default:
         break;
@@ -212,6 +234,82 @@ TEST(QuantFormat, KnownBlocksDecodeAsDescribed) {
   EXPECT_EQ(out[200], 2.0f * -3 * 26);
 }
 
+// MXFP4 blocks worked by hand: f = 2^(e - 127) / 2 times the doubled E2M1 value of each code.
+TEST(QuantFormat, Mxfp4KnownBlocksDecodeAsDescribed) {
+  // e = 130: f = 2^3 / 2 = 4. qs[0] = 0xE7: element 0 is code 7 (12 -> 48), element 16 code 14
+  // (-8 -> -32); qs[1] = 0x9D: element 1 code 13 (-6 -> -24), element 17 code 9 (-1 -> -4);
+  // qs[15] = 0x85: element 15 code 5 (6 -> 24), element 31 code 8 (the second zero).
+  std::uint8_t blk[17] = {};
+  blk[0] = 130;
+  blk[1] = 0xE7;
+  blk[2] = 0x9D;
+  blk[16] = 0x85;
+  float out[32];
+  quant::dequantize_row(DType::MXFP4, blk, 32, out);
+  EXPECT_EQ(out[0], 48.0f);
+  EXPECT_EQ(out[16], -32.0f);
+  EXPECT_EQ(out[1], -24.0f);
+  EXPECT_EQ(out[17], -4.0f);
+  EXPECT_EQ(out[15], 24.0f);
+  EXPECT_EQ(out[31], 0.0f);
+  EXPECT_EQ(out[2], 0.0f);
+  EXPECT_EQ(load_as_f32(blk, DType::MXFP4, 17), -4.0f);
+  // Every exponent: code 1 (value 1) is the scale itself, 2^(e - 128) exactly, the denormals
+  // 2^-128 (e = 0) and 2^-127 (e = 1) and 2^127 (e = 255) included.
+  for (int e = 0; e < 256; ++e) {
+    blk[0] = static_cast<std::uint8_t>(e);
+    std::memset(blk + 1, 0x11, 16);
+    quant::dequantize_row(DType::MXFP4, blk, 32, out);
+    const float want = std::ldexp(1.0f, e - 128);
+    ASSERT_EQ(quant::e8m0_half(static_cast<std::uint8_t>(e)), want) << "e = " << e;
+    ASSERT_EQ(out[0], want) << "e = " << e;
+    ASSERT_EQ(out[31], want) << "e = " << e;
+  }
+  EXPECT_EQ(quant::e8m0_half(0), std::ldexp(1.0f, -128));
+  EXPECT_GT(quant::e8m0_half(0), 0.0f);
+  EXPECT_EQ(dtype_size(DType::MXFP4), 17u);
+  EXPECT_EQ(dtype_block_elements(DType::MXFP4), 32u);
+  EXPECT_EQ(parse_dtype("MXFP4"), DType::MXFP4);
+  EXPECT_EQ(parse_dtype("mxfp4"), DType::MXFP4);
+  EXPECT_EQ(dtype_name(DType::MXFP4), "mxfp4");
+  EXPECT_EQ(dtype_of_ggml_type(39), DType::MXFP4);
+  EXPECT_EQ(ggml_type_id(DType::MXFP4), 39u);
+}
+
+// ggml's MXFP4 quantizer, worked by hand: e = floor(log2(max|x|)) - 2 + 127, then the first
+// code of least error (ties go to the lower code), values above 12 f clipped to it.
+TEST(QuantFormat, Mxfp4QuantizerWorkedByHand) {
+  float x[32] = {};
+  // max|x| = 7: floor(log2 7) = 2, e = 127, f = 0.5, so the grid is 0, +-0.5, 1, 1.5, 2, 3, 4, 6.
+  x[0] = 7.0f;    // clipped to 6: code 7
+  x[1] = 5.0f;    // 4 and 6 equally near: code 6 (4), the first
+  x[2] = -0.25f;  // 0 and -0.5 equally near: code 0
+  x[3] = -2.4f;   // -2: code 12
+  x[16] = 2.6f;   // 3: code 5
+  x[17] = 1.25f;  // 1 and 1.5 equally near: code 2 (1)
+  x[18] = -5.5f;  // -6: code 15
+  x[19] = 0.1f;   // 0: code 0
+  x[31] = -0.0f;  // code 0, not 8
+  std::uint8_t q[17];
+  quant::quantize_row(DType::MXFP4, x, 32, q);
+  const std::uint8_t want[17] = {127, 0x57, 0x26, 0xF0, 0x0C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < 17; ++i) EXPECT_EQ(q[i], want[i]) << "byte " << i;
+  // A power of two: max|x| = 8 gives e = 128 (f = 1), and -8 is code 14.
+  std::fill(x, x + 32, 0.0f);
+  x[5] = -8.0f;
+  quant::quantize_row(DType::MXFP4, x, 32, q);
+  EXPECT_EQ(q[0], 128);
+  EXPECT_EQ(q[1 + 5], 14);
+  // Zeros: e = 0 and code 0 throughout; a maximum below 2^-125 (where ggml's exponent would go
+  // negative) keeps e = 0.
+  std::fill(x, x + 32, 0.0f);
+  quant::quantize_row(DType::MXFP4, x, 32, q);
+  for (int i = 0; i < 17; ++i) EXPECT_EQ(q[i], 0) << "byte " << i;
+  x[0] = std::ldexp(1.0f, -130);
+  quant::quantize_row(DType::MXFP4, x, 32, q);
+  EXPECT_EQ(q[0], 0);
+}
+
 TEST(QuantFormat, DequantizeMatchesTheFormatDescription) {
   std::mt19937 rng(7);
   for (DType t : kTypes) {
@@ -233,16 +331,17 @@ TEST(QuantFormat, DequantizeMatchesTheFormatDescription) {
 
 // quantize_row then dequantize: relative RMS error within what each format's step allows for
 // uniform data (step / sqrt(12) over the data's RMS: Q8_0 1/254, Q6_K 1/62, Q5_0 1/32, Q4_0 and
-// Q4_K 1/16 and 1/15), with a quarter more for the rounding of the scales; a file written with
-// a wrong layout would be off by the data's whole size.
+// Q4_K 1/16 and 1/15; MXFP4 0.144: on [-1, 1) its scale is 1/16 and its grid 0, 1/16, 1/8, 3/16,
+// 1/4, 3/8, 1/2, 3/4, so steps of 1/16, 1/8, 1/4 over the first three quarters of |x| and the
+// clipping above 3/4 over the last: mean square error (1/256 + 1/64 + 1/16) / 48 + 1/192), with a
+// quarter more for the rounding of the scales; a file written with a wrong layout would be off by
+// the data's whole size.
 TEST(QuantFormat, QuantizersRoundTrip) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  const std::pair<DType, double> bounds[] = {{DType::Q8_0, 1.25 / 254},
-                                             {DType::Q6_K, 1.25 / 62},
-                                             {DType::Q5_0, 1.25 / 32},
-                                             {DType::Q4_0, 1.25 / 16},
-                                             {DType::Q4_K, 1.25 / 15}};
+  const std::pair<DType, double> bounds[] = {
+      {DType::Q8_0, 1.25 / 254}, {DType::Q6_K, 1.25 / 62}, {DType::Q5_0, 1.25 / 32},
+      {DType::Q4_0, 1.25 / 16},  {DType::Q4_K, 1.25 / 15}, {DType::MXFP4, 1.25 * 0.144}};
   for (const auto& [t, bound] : bounds) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     const std::size_t cols = 4096;
@@ -388,6 +487,36 @@ TEST_P(QuantizedMatmul, ActivationQuantizersAgreeBytewise) {
   EXPECT_EQ(s1[2], sum);
 }
 
+// An MXFP4 dot product worked by hand. The activation block is 127 and -3 at elements 0 and 1, 5
+// and 2 at 16 and 17, zeros elsewhere: max|x| = 127, so d = 1 and the 8-bit values are x. The
+// weight block's codes are 3, 13 (elements 0, 1) and 14, 6 (16, 17), values 3, -6, -8, 8: the
+// integer sum is 127 * 3 + (-3) * (-6) + 5 * (-8) + 2 * 8 = 381 + 18 - 40 + 16 = 375. With e =
+// 126 (f = 0.25) the product is 93.75; a second block with the same codes and e = 128 (f = 1)
+// adds 375: 468.75 for the row of 64.
+TEST_P(QuantizedMatmul, Mxfp4DotProductWorkedByHand) {
+  const Isa isa = GetParam();
+  if (!kernels::isa_supported(isa))
+    GTEST_SKIP() << kernels::isa_name(isa) << " is not supported by this CPU (or this build)";
+  float x[64] = {};
+  for (int b = 0; b < 2; ++b) {
+    x[32 * b + 0] = 127.0f;
+    x[32 * b + 1] = -3.0f;
+    x[32 * b + 16] = 5.0f;
+    x[32 * b + 17] = 2.0f;
+  }
+  std::uint8_t w[34] = {};
+  w[0] = 126;
+  w[1] = 0xE3;  // element 0: code 3 (3); element 16: code 14 (-8)
+  w[2] = 0x6D;  // element 1: code 13 (-6); element 17: code 6 (8)
+  std::memcpy(w + 17, w, 17);
+  w[17] = 128;
+  float y = 0.0f;
+  kernels::matmul_rows_for(isa)(x, 1, WeightView{w, DType::MXFP4, 1, 32}, 0, 1, &y, 1);
+  EXPECT_EQ(y, 93.75f);
+  kernels::matmul_rows_for(isa)(x, 1, WeightView{w, DType::MXFP4, 1, 64}, 0, 1, &y, 1);
+  EXPECT_EQ(y, 468.75f);
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, QuantizedMatmul,
                          ::testing::Values(Isa::Reference, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16),
                          [](const ::testing::TestParamInfo<Isa>& param_info) {
@@ -421,6 +550,143 @@ TEST(QuantizedMatmulDispatch, ThreadedMatmulEqualsTheRowKernel) {
     fn(x.data(), T, view, 0, N, b.data(), N);
     EXPECT_EQ(a, b);
   }
+}
+
+// ---- MXFP4 in llama.cpp's arithmetic ------------------------------------------------------------
+
+// ggml_vec_dot_mxfp4_q8_0 on one weight row and one row of 8-bit activations (q, d per block),
+// its float operations written out: the generic C code (sumf += (d_x * f) * (sumi1 + sumi2), block
+// by block) and the AVX2 code (eight lanes of four-product integer sums; even blocks FMA'd into
+// one vector and odd blocks into another, the two added, summed as hsum_float_8 does, then an odd
+// last block added as in the generic code).
+float ggml_mxfp4_generic(const std::uint8_t* w, const std::int8_t* q, const float* d,
+                         std::size_t nb) {
+  float sumf = 0.0f;
+  for (std::size_t b = 0; b < nb; ++b) {
+    const std::uint8_t* blk = w + 17 * b;
+    const float scale = d[b] * std::ldexp(1.0f, blk[0] - 128);
+    int sumi1 = 0, sumi2 = 0;
+    for (int j = 0; j < 16; ++j) {
+      sumi1 += q[32 * b + j] * kE2m1Doubled[blk[1 + j] & 0xF];
+      sumi2 += q[32 * b + 16 + j] * kE2m1Doubled[blk[1 + j] >> 4];
+    }
+    sumf += scale * static_cast<float>(sumi1 + sumi2);
+  }
+  return sumf;
+}
+
+float ggml_mxfp4_avx2(const std::uint8_t* w, const std::int8_t* q, const float* d, std::size_t nb) {
+  float acc[2][8] = {};
+  std::size_t b = 0;
+  for (; b + 1 < nb; b += 2)
+    for (std::size_t h = 0; h < 2; ++h) {
+      const std::uint8_t* blk = w + 17 * (b + h);
+      const float scale = d[b + h] * std::ldexp(1.0f, blk[0] - 128);
+      for (int l = 0; l < 8; ++l) {
+        int s = 0;
+        for (int k = 4 * l; k < 4 * l + 4; ++k) {
+          const int code = k < 16 ? (blk[1 + k] & 0xF) : (blk[1 + k - 16] >> 4);
+          s += q[32 * (b + h) + static_cast<std::size_t>(k)] * kE2m1Doubled[code];
+        }
+        acc[h][l] = std::fma(scale, static_cast<float>(s), acc[h][l]);
+      }
+    }
+  float v[8];
+  for (int l = 0; l < 8; ++l) v[l] = acc[0][l] + acc[1][l];
+  float r[4];
+  for (int i = 0; i < 4; ++i) r[i] = v[4 + i] + v[i];
+  float sumf = (r[0] + r[2]) + (r[1] + r[3]);
+  if (b < nb) sumf += ggml_mxfp4_generic(w + 17 * b, q + 32 * b, d + b, 1);
+  return sumf;
+}
+
+// The reference kernel is llama.cpp's generic arithmetic and the AVX2 kernel its AVX2 arithmetic,
+// bit for bit, on every row of x and weight row (odd block counts for the AVX2 tail, tiles of
+// 4 x 4, 2 x 1 and the leftovers).
+TEST(QuantizedMatmulMxfp4, ReferenceAndAvx2AreLlamaCppArithmetic) {
+  std::mt19937 rng(39);
+  for (std::size_t K : {32u, 64u, 96u, 352u, 2880u})
+    for (std::size_t T : {1u, 3u, 6u})
+      for (std::size_t N : {1u, 7u}) {
+        SCOPED_TRACE("T=" + std::to_string(T) + " K=" + std::to_string(K) +
+                     " N=" + std::to_string(N));
+        const std::size_t nb = K / 32;
+        const auto w = random_rows(DType::MXFP4, N, K, rng);
+        const WeightView view{w.data(), DType::MXFP4, N, K};
+        const auto x = random_x(T * K, rng);
+        std::vector<std::int8_t> q(T * K);
+        std::vector<float> d(T * nb);
+        std::vector<std::int32_t> sum(T * nb);
+        quant::quantize_activations(x.data(), T, K, q.data(), d.data(), sum.data());
+        for (Isa isa : {Isa::Reference, Isa::Avx2}) {
+          if (!kernels::isa_supported(isa)) continue;
+          std::vector<float> y(T * N, std::numeric_limits<float>::quiet_NaN());
+          kernels::quantized_rows_for(isa)({q.data(), d.data(), sum.data()}, T, view, 0, N,
+                                           y.data(), N);
+          for (std::size_t t = 0; t < T; ++t)
+            for (std::size_t n = 0; n < N; ++n) {
+              const std::uint8_t* row = w.data() + n * dtype_row_bytes(DType::MXFP4, K);
+              const float want = isa == Isa::Reference
+                                     ? ggml_mxfp4_generic(row, q.data() + t * K, &d[t * nb], nb)
+                                     : ggml_mxfp4_avx2(row, q.data() + t * K, &d[t * nb], nb);
+              ASSERT_EQ(y[t * N + n], want) << kernels::isa_name(isa) << " t=" << t << " n=" << n;
+            }
+        }
+      }
+}
+
+// gpt-oss-tiny's MXFP4 file was made from its f32 file by gguf-py (quants.quantize(..., MXFP4)):
+// quantizing the f32 expert tensors here gives the file's bytes, and the file's blocks
+// dequantize to within a quantization step of the f32 values (half the grid's gap around the
+// value, or for a value beyond 12 f, the clipping: less than 4 f).
+TEST(Mxfp4GoldenFile, QuantizerGivesGgufPysBytes) {
+  RKV_REQUIRE_SHARED(shared);
+  const std::filesystem::path dir = shared / "golden" / "arch" / "gpt-oss";
+  const GgufFile f32_file(dir / "gpt-oss-tiny-s202-f32.gguf");
+  const GgufFile mx_file(dir / "gpt-oss-tiny-s202-mxfp4.gguf");
+  int checked = 0;
+  for (const GgufTensor& mx : mx_file.tensors()) {
+    if (mx.type->id != 39) continue;
+    SCOPED_TRACE(mx.name);
+    const GgufTensor* src = f32_file.find_tensor(mx.name);
+    ASSERT_NE(src, nullptr);
+    ASSERT_EQ(src->type->id, kGgmlF32);
+    ASSERT_EQ(src->dims, mx.dims);
+    ASSERT_EQ(dtype_of_ggml_type(mx.type->id), DType::MXFP4);
+    const auto cols = static_cast<std::size_t>(mx.dims[0]);
+    const std::size_t n = static_cast<std::size_t>(mx.numel()), rows = n / cols;
+    const std::size_t rb = dtype_row_bytes(DType::MXFP4, cols);
+    ASSERT_EQ(mx.nbytes, rows * rb);
+    std::vector<float> x(n), back(n);
+    std::memcpy(x.data(), src->data, n * 4);
+    std::vector<std::uint8_t> mine(rows * rb);
+    for (std::size_t r = 0; r < rows; ++r)
+      quant::quantize_row(DType::MXFP4, x.data() + r * cols, cols, mine.data() + r * rb);
+    const auto* theirs = reinterpret_cast<const std::uint8_t*>(mx.data);
+    std::size_t differ = 0, first = 0;
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      if (mine[i] != theirs[i] && differ++ == 0) first = i;
+    EXPECT_EQ(differ, 0u) << "first differing byte " << first << " (block " << first / 17
+                          << "): ours " << int(mine[first]) << ", the file's "
+                          << int(theirs[first]);
+    for (std::size_t r = 0; r < rows; ++r)
+      quant::dequantize_row(DType::MXFP4, theirs + r * rb, cols, back.data() + r * cols);
+    int failures = 0;
+    for (std::size_t i = 0; i < n && failures < 3; ++i) {
+      const double f = e8m0_half_exact(theirs[(i / 32) * 17]);
+      const double a = std::fabs(double(x[i]));
+      // The grid's gap around |x|: f below 4 f, 2 f below 8 f, 4 f up to 12 f.
+      const double gap = a <= 4 * f ? f : a <= 8 * f ? 2 * f : 4 * f;
+      const double bound = a <= 12 * f ? gap / 2 : 4 * f;
+      if (!(std::fabs(double(back[i]) - x[i]) <= bound)) {
+        ++failures;
+        ADD_FAILURE() << "element " << i << ": f32 " << x[i] << ", dequantized " << back[i]
+                      << ", block scale " << f;
+      }
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 3) << "expected the ffn_{gate,up,down}_exps tensors of every layer";
 }
 
 }  // namespace
