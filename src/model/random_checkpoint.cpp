@@ -93,6 +93,46 @@ const std::vector<ShapeEntry>& shapes() {
                              128256, 5e5f, 1e-5f, false, 131072);
     llama.rope_scaling = {true, 8.0f, 1.0f, 4.0f, 8192};
     t.push_back({"r1-distill-llama-8b", "r1-llama", llama});
+    // The mixture-of-experts and hybrid families (GGUF only), each with a reduced-depth variant
+    // for benchmarks on a machine that cannot hold the whole model twice.
+    auto qwen3moe = [](int layers) {
+      ModelConfig c = make(Architecture::Qwen3Moe, "Qwen3MoeForCausalLM", 2048, 6144, layers, 32, 4,
+                           128, 151936, 1e6f, 1e-6f, false, 40960);
+      c.moe = {128, 8, 768, 0, MoeConfig::Routing::SoftmaxTopK};
+      c.qk_norm = true;
+      return c;
+    };
+    t.push_back({"qwen3-30b-a3b", "qwen", qwen3moe(48)});
+    t.push_back({"qwen3-30b-a3b-24l", "qwen", qwen3moe(24)});
+    auto gpt_oss = [](int layers) {
+      ModelConfig c = make(Architecture::GptOss, "GptOssForCausalLM", 2880, 2880, layers, 64, 8, 64,
+                           201088, 150000.0f, 1e-5f, false, 131072);
+      c.moe = {32, 4, 2880, 0, MoeConfig::Routing::TopKSoftmax};
+      c.attention_bias = c.output_bias = c.attention_sinks = true;
+      c.sliding_window = 128;
+      c.rope_scaling.yarn = true;
+      c.rope_scaling.factor = 32.0f;
+      c.rope_scaling.original_max_position_embeddings = 4096;
+      c.layer_kinds.assign(static_cast<std::size_t>(layers), LayerKind::Attention);
+      for (int l = 0; l < layers; l += 2)
+        c.layer_kinds[static_cast<std::size_t>(l)] = LayerKind::SlidingWindow;
+      return c;
+    };
+    t.push_back({"gpt-oss-20b", "qwen", gpt_oss(24)});
+    t.push_back({"gpt-oss-20b-12l", "qwen", gpt_oss(12)});
+    auto qwen35 = [](int layers) {
+      ModelConfig c = make(Architecture::Qwen35, "Qwen3_5ForCausalLM", 2560, 9216, layers, 16, 4,
+                           256, 248320, 1e7f, 1e-6f, true, 262144);
+      c.qk_norm = c.attention_gate = true;
+      c.rope_dim = 64;
+      c.delta_net = {16, 32, 128, 128, 4};
+      c.layer_kinds.assign(static_cast<std::size_t>(layers), LayerKind::DeltaNet);
+      for (int l = 3; l < layers; l += 4)
+        c.layer_kinds[static_cast<std::size_t>(l)] = LayerKind::Attention;
+      return c;
+    };
+    t.push_back({"qwen3.5-4b", "qwen", qwen35(32)});
+    t.push_back({"qwen3.5-4b-8l", "qwen", qwen35(8)});
     return t;
   }();
   return table;
@@ -340,14 +380,103 @@ struct WeightSpec {
   std::vector<std::int64_t> shape;
   float center, half_width;
   std::uint64_t seed;
+  // DeltaNet's decay rates: -exp of the uniform value (ssm_a = -exp(A_log)).
+  bool neg_exp = false;
   // The next n elements of the tensor, drawn from `rng` (Rng(seed) for the first).
   void generate(Rng& rng, float* out, std::size_t n) const {
     for (std::size_t i = 0; i < n; ++i) {
       const float u = static_cast<float>(rng.next() >> 40) * 0x1.0p-24f;  // [0,1)
       out[i] = center + (2.0f * u - 1.0f) * half_width;
+      if (neg_exp) out[i] = -std::exp(out[i]);
     }
   }
 };
+
+// The weights of a mixture-of-experts or hybrid model (Qwen3 MoE, gpt-oss, Qwen3.5), by their
+// GGUF names (llama.cpp's, shapes in Hugging Face order: [experts][out][in] for the experts'
+// stacks): uniform as weight_specs draws them, DeltaNet's decay rates -exp(U(-4, 0.7)) and its
+// dt biases 1 +- 0.5, gpt-oss's biases +-0.2 and sinks +-1.
+std::vector<WeightSpec> arch_weight_specs(const ModelConfig& c, std::uint64_t seed) {
+  const std::int64_t H = c.hidden_size, D = c.head_dim, V = c.vocab_size;
+  const std::int64_t QD = c.num_heads * D, KD = c.num_kv_heads * D;
+  std::vector<WeightSpec> specs;
+  std::uint64_t tensor_index = 0;
+  auto add = [&](const std::string& name, std::vector<std::int64_t> shape, float center,
+                 float half_width) {
+    specs.push_back(
+        {name, std::move(shape), center, half_width, seed * 1000003ull + tensor_index++});
+  };
+  auto linear = [&](const std::string& name, std::vector<std::int64_t> shape) {
+    const float in = static_cast<float>(shape.back());
+    add(name, std::move(shape), 0.0f, std::sqrt(3.0f / in));
+  };
+  add("token_embd.weight", {V, H}, 0.0f, std::sqrt(3.0f));
+  if (!c.tie_word_embeddings) linear("output.weight", {V, H});
+  add("output_norm.weight", {H}, 1.0f, 0.25f);
+  const bool oai = c.arch == Architecture::GptOss;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", {H}, 1.0f, 0.25f);
+    add(p + (c.arch == Architecture::Qwen3Moe ? "ffn_norm.weight" : "post_attention_norm.weight"),
+        {H}, 1.0f, 0.25f);
+    if (c.layer_kind(l) == LayerKind::DeltaNet) {
+      const DeltaNetConfig& d = c.delta_net;
+      const std::int64_t C = d.conv_channels(), Hv = d.v_heads, Vd = Hv * d.head_v_dim;
+      linear(p + "attn_qkv.weight", {C, H});
+      linear(p + "attn_gate.weight", {Vd, H});
+      add(p + "ssm_conv1d.weight", {C, d.conv_kernel}, 0.0f, std::sqrt(3.0f) * 0.5f);
+      add(p + "ssm_dt.bias", {Hv}, 1.0f, 0.5f);
+      add(p + "ssm_a", {Hv}, -1.65f, 2.35f);  // exp's argument in [-4, 0.7]
+      specs.back().neg_exp = true;
+      linear(p + "ssm_beta.weight", {Hv, H});
+      linear(p + "ssm_alpha.weight", {Hv, H});
+      add(p + "ssm_norm.weight", {d.head_v_dim}, 1.0f, 0.25f);
+      linear(p + "ssm_out.weight", {H, Vd});
+    } else {
+      linear(p + "attn_q.weight", {c.attention_gate ? 2 * QD : QD, H});
+      linear(p + "attn_k.weight", {KD, H});
+      linear(p + "attn_v.weight", {KD, H});
+      linear(p + "attn_output.weight", {H, QD});
+      if (oai) {
+        add(p + "attn_q.bias", {QD}, 0.0f, 0.2f);
+        add(p + "attn_k.bias", {KD}, 0.0f, 0.2f);
+        add(p + "attn_v.bias", {KD}, 0.0f, 0.2f);
+        add(p + "attn_output.bias", {H}, 0.0f, 0.2f);
+        add(p + "attn_sinks.weight", {c.num_heads}, 0.0f, 1.0f);
+      }
+      if (c.qk_norm) {
+        add(p + "attn_q_norm.weight", {D}, 1.0f, 0.25f);
+        add(p + "attn_k_norm.weight", {D}, 1.0f, 0.25f);
+      }
+    }
+    if (c.moe.experts > 0) {
+      const std::int64_t E = c.moe.experts, F = c.moe.expert_ff;
+      linear(p + "ffn_gate_inp.weight", {E, H});
+      if (oai) add(p + "ffn_gate_inp.bias", {E}, 0.0f, 0.2f);
+      linear(p + "ffn_gate_exps.weight", {E, F, H});
+      linear(p + "ffn_up_exps.weight", {E, F, H});
+      linear(p + "ffn_down_exps.weight", {E, H, F});
+      if (oai) {
+        add(p + "ffn_gate_exps.bias", {E, F}, 0.0f, 0.2f);
+        add(p + "ffn_up_exps.bias", {E, F}, 0.0f, 0.2f);
+        add(p + "ffn_down_exps.bias", {E, H}, 0.0f, 0.2f);
+      }
+      if (c.moe.shared_ff > 0) {
+        const std::int64_t Fs = c.moe.shared_ff;
+        add(p + "ffn_gate_inp_shexp.weight", {H}, 0.0f, std::sqrt(3.0f / static_cast<float>(H)));
+        linear(p + "ffn_gate_shexp.weight", {Fs, H});
+        linear(p + "ffn_up_shexp.weight", {Fs, H});
+        linear(p + "ffn_down_shexp.weight", {H, Fs});
+      }
+    } else {
+      const std::int64_t I = c.intermediate_size;
+      linear(p + "ffn_gate.weight", {I, H});
+      linear(p + "ffn_up.weight", {I, H});
+      linear(p + "ffn_down.weight", {H, I});
+    }
+  }
+  return specs;
+}
 
 // Weights: uniform with the variance of N(0, 1/fan_in) for linear layers, N(0,1)-like
 // embeddings and norms of 1 +- 0.25 (so an engine that ignores a norm weight would fail).
@@ -410,6 +539,10 @@ void write_random_checkpoint(const std::filesystem::path& dir,
                 " (write a GGUF file for quantized weights)");
   const ShapeEntry& entry = find_shape(options.shape);
   ModelConfig c = entry.config;
+  if (!c.is_dense_transformer())
+    throw Error("make-model: the " + c.arch_label() + " shape " + options.shape +
+                " is written as a GGUF file (--format gguf); tests/tools/gguf_to_hf.py turns an "
+                "f32, f16 or bf16 one into a Hugging Face checkpoint");
   std::filesystem::create_directories(dir);
   const Specials specials = family_specials(entry.family);
   auto special_id = [&](const std::string& t) {
@@ -533,6 +666,8 @@ std::uint32_t llama_file_type(const RandomCheckpointOptions& o) {
       return 18;
     case DType::BF16:
       return 32;
+    case DType::MXFP4:
+      return 38;  // MOSTLY_MXFP4_MOE
     default:
       return 0;  // ALL_F32
   }
@@ -570,10 +705,20 @@ DType gguf_weight_type(const std::string& gguf_name, int layer, const ModelConfi
     const bool output =
         gguf_name == "output.weight" || (c.tie_word_embeddings && gguf_name == "token_embd.weight");
     const bool more_bits = (gguf_name.find("attn_v.weight") != std::string::npos ||
-                            gguf_name.find("ffn_down.weight") != std::string::npos) &&
+                            gguf_name.find("ffn_down") != std::string::npos) &&
                            use_more_bits(layer, c.num_layers);
     t = output || more_bits ? DType::Q6_K : DType::Q4_K;
+  } else if (dtype == DType::MXFP4) {
+    // MXFP4 is the experts' type (gpt-oss's files); the other matrices stay bf16.
+    t = gguf_name.find("_exps.") != std::string::npos ? DType::MXFP4 : DType::BF16;
   }
+  // The router, DeltaNet's conv taps and per-head gates stay f32, as llama-quantize leaves them
+  // (llama.cpp's conv reads f32 taps only).
+  if (gguf_name.find("ffn_gate_inp") != std::string::npos ||
+      gguf_name.find("ssm_conv1d") != std::string::npos ||
+      gguf_name.find("ssm_beta") != std::string::npos ||
+      gguf_name.find("ssm_alpha") != std::string::npos)
+    t = DType::F32;
   // Rows that are not a multiple of 256 cannot hold K-quant super-blocks: llama-quantize's
   // fallback (Q4_K -> Q5_0, Q6_K -> Q8_0).
   if (cols % 256 != 0) {
@@ -584,14 +729,48 @@ DType gguf_weight_type(const std::string& gguf_name, int layer, const ModelConfi
   return t;
 }
 
+// The metadata llama.cpp reads for the mixture-of-experts and hybrid architectures (the keys of
+// ../shared/golden/arch's files).
+void add_arch_metadata(GgufWriter& g, const ModelConfig& c, const std::string& arch) {
+  auto u32 = [&](const std::string& key, int v) {
+    g.add_u32(arch + "." + key, static_cast<std::uint32_t>(v));
+  };
+  if (c.moe.experts > 0) {
+    u32("expert_count", c.moe.experts);
+    u32("expert_used_count", c.moe.experts_used);
+    u32("expert_feed_forward_length", c.moe.expert_ff);
+    if (c.moe.shared_ff > 0) u32("expert_shared_feed_forward_length", c.moe.shared_ff);
+  }
+  if (c.sliding_window > 0) u32("attention.sliding_window", c.sliding_window);
+  if (c.rope_scaling.yarn) {
+    g.add_string(arch + ".rope.scaling.type", "yarn");
+    g.add_f32(arch + ".rope.scaling.factor", c.rope_scaling.factor);
+    u32("rope.scaling.original_context_length", c.rope_scaling.original_max_position_embeddings);
+  }
+  if (c.rope_dim > 0) u32("rope.dimension_count", c.rope_dim);
+  if (c.delta_net_layers() > 0) {
+    const DeltaNetConfig& d = c.delta_net;
+    // IMRoPE's sections (text positions make them plain RoPE): Qwen3.5's proportions.
+    const int pairs = c.rotary_dim() / 2;
+    const int a = pairs * 3 / 8, b = pairs * 3 / 8;
+    g.add_i32_array(arch + ".rope.dimension_sections", {a, b, pairs - a - b, 0});
+    u32("ssm.conv_kernel", d.conv_kernel);
+    u32("ssm.state_size", d.head_k_dim);
+    u32("ssm.group_count", d.k_heads);
+    u32("ssm.time_step_rank", d.v_heads);
+    u32("ssm.inner_size", d.v_heads * d.head_v_dim);
+    int interval = 0;
+    while (interval < c.num_layers && c.layer_kind(interval) != LayerKind::Attention) ++interval;
+    u32("full_attention_interval", interval + 1);
+  }
+}
+
 void write_random_gguf(const std::filesystem::path& file, const RandomCheckpointOptions& options,
                        std::FILE* log) {
   const ShapeEntry& entry = find_shape(options.shape);
   const ModelConfig& c = entry.config;
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
-  const std::string arch = c.arch == Architecture::Llama   ? "llama"
-                           : c.arch == Architecture::Qwen3 ? "qwen3"
-                                                           : "qwen2";
+  const std::string arch = c.arch_label();
   GgufWriter g;
   g.add_string("general.architecture", arch);
   g.add_string("general.name", "rkv random " + options.shape);
@@ -607,12 +786,16 @@ void write_random_gguf(const std::filesystem::path& file, const RandomCheckpoint
   g.add_u32(arch + ".vocab_size", static_cast<std::uint32_t>(c.vocab_size));
   g.add_f32(arch + ".attention.layer_norm_rms_epsilon", c.rms_norm_eps);
   g.add_f32(arch + ".rope.freq_base", c.rope_theta);
+  add_arch_metadata(g, c, arch);
   add_gguf_vocab(g, synthetic_vocab(c, entry.family));
   const std::size_t D = static_cast<std::size_t>(c.head_dim);
   std::map<DType, int> counts;
-  for (const WeightSpec& w : weight_specs(c, options.seed)) {
+  const bool dense = c.is_dense_transformer();
+  for (const WeightSpec& w :
+       dense ? weight_specs(c, options.seed) : arch_weight_specs(c, options.seed)) {
     int layer = -1;
-    const std::string name = gguf_tensor_name(w.name, layer);
+    const std::string name = dense ? gguf_tensor_name(w.name, layer) : w.name;
+    if (!dense && name.rfind("blk.", 0) == 0) layer = std::stoi(name.substr(4));
     const std::int64_t cols = w.shape.back();
     const DType dtype = w.shape.size() == 1
                             ? DType::F32
@@ -625,7 +808,9 @@ void write_random_gguf(const std::filesystem::path& file, const RandomCheckpoint
         (name.find("attn_q.") != std::string::npos || name.find("attn_k.") != std::string::npos);
     g.add_tensor(name, w.shape, dtype, [w, dtype, permute, D](std::uint8_t* bytes, std::size_t) {
       const std::size_t ncols = static_cast<std::size_t>(w.shape.back());
-      const std::size_t rows = w.shape.size() == 2 ? static_cast<std::size_t>(w.shape[0]) : 1;
+      std::size_t rows = 1;  // every dimension but the last (an expert stack's included)
+      for (std::size_t i = 0; i + 1 < w.shape.size(); ++i)
+        rows *= static_cast<std::size_t>(w.shape[i]);
       const std::size_t rb = dtype_row_bytes(dtype, ncols);
       std::vector<float> row(ncols);
       Rng rng(w.seed);

@@ -18,7 +18,9 @@ namespace rkv {
 // tiny-llama-256 (Qwen2 and Llama with rows of 256 and 512, for K-quant GGUF tests),
 // qwen2.5-0.5b,
 // qwen3-0.6b, r1-distill-qwen-1.5b,
-// r1-distill-llama-8b. Throws rkv::Error for an unknown name (listing the known ones).
+// r1-distill-llama-8b, and as GGUF files only qwen3-30b-a3b, gpt-oss-20b, qwen3.5-4b and their
+// reduced-depth variants qwen3-30b-a3b-24l, gpt-oss-20b-12l, qwen3.5-4b-8l. Throws rkv::Error for
+// an unknown name (listing the known ones).
 ModelConfig shape_config(const std::string& name);
 std::vector<std::string> known_shapes();
 

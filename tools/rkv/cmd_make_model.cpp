@@ -26,11 +26,13 @@ void setup(CLI::App& app) {
                   "safetensors (a checkpoint directory) or gguf (one file with its vocabulary, "
                   "which llama.cpp loads too)")
       ->check(CLI::IsMember({"safetensors", "gguf"}));
-  add_flag_option(app, "--dtype", args->dtype,
-                  "Weight type of the matrices: bf16, f16 or f32; with --format gguf also q8_0, "
-                  "q4_0, q5_0, q4_k, q6_k, or q4_k_m (llama-quantize's Q4_K_M mix)")
-      ->check(
-          CLI::IsMember({"bf16", "f16", "f32", "q8_0", "q4_0", "q5_0", "q4_k", "q6_k", "q4_k_m"}));
+  add_flag_option(
+      app, "--dtype", args->dtype,
+      "Weight type of the matrices: bf16, f16 or f32; with --format gguf also q8_0, "
+      "q4_0, q5_0, q4_k, q6_k, q4_k_m (llama-quantize's Q4_K_M mix), or mxfp4 (a mixture's "
+      "experts in MXFP4, its other matrices bf16, as gpt-oss ships)")
+      ->check(CLI::IsMember(
+          {"bf16", "f16", "f32", "q8_0", "q4_0", "q5_0", "q4_k", "q6_k", "q4_k_m", "mxfp4"}));
   add_flag_option(app, "-s,--seed", args->seed, "Random seed of the weights");
   add_flag_option(app, "-o,--out", args->out,
                   "Output directory (created if missing); with --format gguf, the .gguf file")
