@@ -1,5 +1,7 @@
 // Loading a GGUF file (llama.cpp's format): the {arch}.* metadata to a ModelConfig, and the
 // GGUF tensor names (token_embd, blk.N.attn_q, ...) to the model's weights, used in place.
+// Architectures: llama, qwen2, qwen3, and the mixture-of-experts and hybrid qwen3moe, gpt-oss,
+// qwen35 and qwen35moe (docs/ARCHITECTURES.md; their tensors as llama.cpp's converter names them).
 //
 // Dimensions in GGUF are listed fastest-varying first, so a Linear weight [out][in] appears as
 // [in, out]. llama.cpp's "llama" architecture applies RoPE to adjacent pairs (x[2j], x[2j+1]),
@@ -13,7 +15,7 @@
 // none is refused.
 //
 // Weight types: F32, F16, BF16, and the block-quantized Q8_0, Q4_0, Q5_0, Q4_K and Q6_K (every type
-// llama-quantize's Q4_K_M preset writes), kept quantized in the mapped file and multiplied by the
+// llama-quantize's Q4_K_M preset writes) and MXFP4 (gpt-oss's experts), kept quantized in the mapped file and multiplied by the
 // quantized kernels (kernels.h); other quantized types are refused naming the type and tensor.
 #include <algorithm>
 #include <cmath>
@@ -31,7 +33,7 @@ namespace {
 
 using Shape = std::vector<std::int64_t>;
 
-constexpr const char* kSupportedTypes = "F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K";
+constexpr const char* kSupportedTypes = "F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, MXFP4";
 
 struct GgufLoader {
   const GgufFile& g;
