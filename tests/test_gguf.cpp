@@ -1165,9 +1165,10 @@ int argmax(const float* v, int n) {
 // golden file; the prompt ids and the 64 greedy ids are checked against llama.cpp's on the way.
 double run_golden(const fs::path& shared, const std::string& name,
                   kernels::MatmulPrecision precision = kernels::MatmulPrecision::Exact,
-                  kernels::AttentionPrecision attention = kernels::AttentionPrecision::Exact) {
+                  kernels::AttentionPrecision attention = kernels::AttentionPrecision::Exact,
+                  const std::string& golden_file = "golden.json") {
   const auto path = shared / "golden/gguf" / name;
-  const auto golden = test::read_json(shared / "golden/gguf/golden.json");
+  const auto golden = test::read_json(shared / "golden/gguf" / golden_file);
   const auto& runs = golden["models"][name];
   EXPECT_EQ(runs.size(), 3u);
   auto model = Model::load(path);
@@ -1218,6 +1219,16 @@ TEST(GgufGolden, F32GreedyIdsAndLogitsMatchLlamaCpp) {
   RKV_REQUIRE_SHARED(shared);
   const double diff = run_golden(shared, "stories260K-f32.gguf");
   EXPECT_LE(diff, 2e-2) << "max |logit - llama.cpp's| " << diff << " (README tolerance 2e-2)";
+}
+
+// golden_fa_off.json: the same runs with llama.cpp's plain f32 attention (flash attention off),
+// which rkv's exact attention is; with the f32 cache llama.cpp used, the f32 file's logits agree
+// to the goldens' printed digits (that README: 5.4e-5 for a float64 reference).
+TEST(GgufGolden, F32MatchesLlamaCppWithFlashAttentionOff) {
+  RKV_REQUIRE_SHARED(shared);
+  const double diff = run_golden(shared, "stories260K-f32.gguf", kernels::MatmulPrecision::Exact,
+                                 kernels::AttentionPrecision::Exact, "golden_fa_off.json");
+  EXPECT_LE(diff, 1e-4) << "max |logit - llama.cpp's (flash attention off)| " << diff;
 }
 
 TEST(GgufGolden, F16GreedyIdsAndLogitsMatchLlamaCpp) {
