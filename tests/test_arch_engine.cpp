@@ -10,6 +10,9 @@
 #include "core/error.h"
 #include "engine/batch_engine.h"
 #include "engine/query_stats.h"
+#include "model/gguf.h"
+#include "model/random_checkpoint.h"
+#include "rkv/tokenizer.h"
 #include "test_util.h"
 
 namespace rkv {
@@ -178,6 +181,65 @@ TEST(ArchTriAttention, PartialRotaryIsRefusedClearly) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("rotates 16 of 64"), std::string::npos) << e.what();
   }
+}
+
+// rkv make-model's tiny versions of the three families: the GGUF metadata it writes reads back as
+// the shape's config (layer kinds, experts, window, DeltaNet sizes, partial RoPE, YaRN), the
+// vocabulary loads from the same file, and --dtype mxfp4 puts the experts alone in MXFP4.
+TEST(ArchMakeModel, TinyShapesReadBackAsWrittenAndRun) {
+  test::TempDir dir("arch-make-model");
+  for (const char* shape : {"tiny-qwen3moe", "tiny-gpt-oss", "tiny-qwen35"}) {
+    SCOPED_TRACE(shape);
+    const ModelConfig want = shape_config(shape);
+    RandomCheckpointOptions options;
+    options.shape = shape;
+    options.dtype = DType::F32;
+    const fs::path file = dir.path() / (std::string(shape) + ".gguf");
+    write_random_gguf(file, options);
+    auto model = Model::load(file);
+    const ModelConfig& c = model->config();
+    EXPECT_EQ(c.arch, want.arch);
+    ASSERT_EQ(c.num_layers, want.num_layers);
+    for (int l = 0; l < c.num_layers; ++l) EXPECT_EQ(c.layer_kind(l), want.layer_kind(l)) << l;
+    EXPECT_EQ(c.moe.experts, want.moe.experts);
+    EXPECT_EQ(c.moe.experts_used, want.moe.experts_used);
+    EXPECT_EQ(c.moe.expert_ff, want.moe.expert_ff);
+    EXPECT_EQ(c.sliding_window, want.sliding_window);
+    EXPECT_EQ(c.rotary_dim(), want.rotary_dim());
+    EXPECT_EQ(c.rope_scaling.yarn, want.rope_scaling.yarn);
+    EXPECT_EQ(c.delta_net.conv_channels(), want.delta_net.conv_channels());
+    EXPECT_EQ(c.delta_net.head_v_dim, want.delta_net.head_v_dim);
+    const Tokenizer tok = Tokenizer::load(file);
+    const std::vector<int> prompt = tok.encode("Once upon a time");
+    ASSERT_FALSE(prompt.empty());
+    KvCache cache(model->cache_shape(32, 0));
+    ThreadPool pool(2);
+    ForwardScratch scratch;
+    std::vector<ForwardRow> rows;
+    for (std::size_t i = 0; i < prompt.size(); ++i)
+      rows.push_back({&cache, prompt[i], static_cast<int>(i), i + 1 == prompt.size()});
+    std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
+    model->forward(rows, scratch, pool, logits.data());
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  }
+  RandomCheckpointOptions mx;
+  mx.shape = "tiny-gpt-oss";
+  mx.dtype = DType::MXFP4;
+  const fs::path file = dir.path() / "tiny-gpt-oss-mxfp4.gguf";
+  write_random_gguf(file, mx);
+  const GgufFile g(file);
+  for (const GgufTensor& t : g.tensors()) {
+    const bool expert = t.name.find("_exps.weight") != std::string::npos;
+    const bool bias = t.name.find(".bias") != std::string::npos;
+    if (expert) {
+      EXPECT_EQ(t.type->name, "MXFP4") << t.name;
+    } else if (bias) {
+      EXPECT_EQ(t.type->name, "F32") << t.name;
+    } else if (t.dims.size() == 2 && t.name.find("ffn_gate_inp") == std::string::npos) {
+      EXPECT_EQ(t.type->name, "BF16") << t.name;
+    }
+  }
+  EXPECT_NO_THROW(Model::load(file));
 }
 
 }  // namespace

@@ -385,9 +385,11 @@ TEST(GgufModel, TinyFileLoadsWithTiedOutput) {
 
 TEST(GgufModel, BadModelsAreRefusedClearly) {
   test::TempDir dir("gguf");
-  EXPECT_NE(model_error(dir, tiny_llama("gpt2").build())
-                .find("unsupported GGUF architecture 'gpt2' (supported: llama, qwen2, qwen3)"),
-            std::string::npos);
+  EXPECT_NE(
+      model_error(dir, tiny_llama("gpt2").build())
+          .find("unsupported GGUF architecture 'gpt2' (supported: llama, qwen2, qwen3, qwen3moe, "
+                "gpt-oss, qwen35, qwen35moe)"),
+      std::string::npos);
 
   GgufBuilder b = tiny_llama();
   b.tensors.erase(b.tensors.begin() + 4);  // blk.0.attn_v.weight
@@ -406,9 +408,10 @@ TEST(GgufModel, BadModelsAreRefusedClearly) {
   b = tiny_llama();
   b.tensors[7] = {"blk.0.ffn_gate.weight", {32, 12}, 3, std::string(12 * 20, '\0'), std::nullopt};
   msg = model_error(dir, b.build());
-  EXPECT_NE(msg.find("tensor blk.0.ffn_gate.weight has the quantized type Q4_1, which this build "
-                     "does not read (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K)"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find("tensor blk.0.ffn_gate.weight has the quantized type Q4_1, which this build "
+               "does not read (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, MXFP4)"),
+      std::string::npos)
       << msg;
 
   b = tiny_llama();

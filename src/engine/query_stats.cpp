@@ -286,7 +286,7 @@ std::shared_ptr<const QueryStats> load_query_stats(const std::string& path, cons
     throw Error(path + ": the statistics are for " + std::to_string(shape[0]) + " layers x " +
                 std::to_string(shape[1]) + " query heads of size " + std::to_string(head_dim) +
                 (made_for.empty() ? std::string() : " (model '" + made_for + "')") +
-                ", this model has " + std::to_string(c.kv_layers()) + " attention layers x " +
+                ", this model has " + std::to_string(c.kv_layers()) + " layers x " +
                 std::to_string(c.num_heads) + " query heads of size " + std::to_string(c.head_dim) +
                 " (compute them for it with rkv calibrate)");
   const std::int64_t tokens = parse_meta_int(meta, "tokens", path);

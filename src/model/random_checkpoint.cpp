@@ -133,6 +133,34 @@ const std::vector<ShapeEntry>& shapes() {
     };
     t.push_back({"qwen3.5-4b", "qwen", qwen35(32)});
     t.push_back({"qwen3.5-4b-8l", "qwen", qwen35(8)});
+    // Tiny versions of the three (the golden arch files' shapes, with a vocabulary), for tests.
+    ModelConfig tiny_moe = qwen3moe(3);
+    tiny_moe.hidden_size = 64;
+    tiny_moe.num_heads = 4;
+    tiny_moe.num_kv_heads = 2;
+    tiny_moe.head_dim = 32;
+    tiny_moe.vocab_size = 1024;
+    tiny_moe.moe = {8, 2, 32, 0, MoeConfig::Routing::SoftmaxTopK};
+    t.push_back({"tiny-qwen3moe", "qwen", tiny_moe});
+    ModelConfig tiny_oss = gpt_oss(4);
+    tiny_oss.hidden_size = 64;
+    tiny_oss.num_heads = 8;
+    tiny_oss.num_kv_heads = 2;
+    tiny_oss.head_dim = 16;
+    tiny_oss.vocab_size = 1024;
+    tiny_oss.sliding_window = 8;
+    tiny_oss.moe = {8, 4, 64, 0, MoeConfig::Routing::TopKSoftmax};
+    t.push_back({"tiny-gpt-oss", "qwen", tiny_oss});
+    ModelConfig tiny_35 = qwen35(4);
+    tiny_35.hidden_size = 64;
+    tiny_35.intermediate_size = 128;
+    tiny_35.num_heads = 4;
+    tiny_35.num_kv_heads = 2;
+    tiny_35.head_dim = 64;
+    tiny_35.vocab_size = 1024;
+    tiny_35.rope_dim = 16;
+    tiny_35.delta_net = {2, 4, 16, 16, 4};
+    t.push_back({"tiny-qwen35", "qwen", tiny_35});
     return t;
   }();
   return table;
@@ -797,9 +825,11 @@ void write_random_gguf(const std::filesystem::path& file, const RandomCheckpoint
     const std::string name = dense ? gguf_tensor_name(w.name, layer) : w.name;
     if (!dense && name.rfind("blk.", 0) == 0) layer = std::stoi(name.substr(4));
     const std::int64_t cols = w.shape.back();
-    const DType dtype = w.shape.size() == 1
-                            ? DType::F32
-                            : gguf_weight_type(name, layer, c, cols, options.dtype, options.q4_k_m);
+    // Vectors and biases (gpt-oss's experts' are [experts][n]) stay f32.
+    const bool vector =
+        w.shape.size() == 1 || (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0);
+    const DType dtype =
+        vector ? DType::F32 : gguf_weight_type(name, layer, c, cols, options.dtype, options.q4_k_m);
     ++counts[dtype];
     // llama.cpp's llama files hold the Q/K rows of each head in rotary-pair order: Hugging Face
     // row s * D/2 + j is written as row 2j + s (the loader undoes it).

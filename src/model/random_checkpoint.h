@@ -19,8 +19,9 @@ namespace rkv {
 // qwen2.5-0.5b,
 // qwen3-0.6b, r1-distill-qwen-1.5b,
 // r1-distill-llama-8b, and as GGUF files only qwen3-30b-a3b, gpt-oss-20b, qwen3.5-4b and their
-// reduced-depth variants qwen3-30b-a3b-24l, gpt-oss-20b-12l, qwen3.5-4b-8l. Throws rkv::Error for
-// an unknown name (listing the known ones).
+// reduced-depth variants qwen3-30b-a3b-24l, gpt-oss-20b-12l, qwen3.5-4b-8l, and tiny versions
+// tiny-qwen3moe, tiny-gpt-oss, tiny-qwen35. Throws rkv::Error for an unknown name (listing the
+// known ones).
 ModelConfig shape_config(const std::string& name);
 std::vector<std::string> known_shapes();
 
