@@ -76,9 +76,12 @@ struct ForwardScratch {
 class Model {
  public:
   // Loads config.json (+ generation_config.json) and the safetensors weights of `dir`, checking
-  // every tensor's presence, shape and dtype. Throws rkv::Error naming the file and tensor.
-  // A path to a .gguf file loads that file instead (model_load_gguf.cpp: llama, qwen2, qwen3;
-  // F32/F16/BF16 and Q8_0/Q4_0/Q5_0/Q4_K/Q6_K weights).
+  // every tensor's presence, shape and dtype (the Llama/Qwen2/Qwen3 classes and Qwen3 MoE,
+  // gpt-oss with float or MXFP4 experts, Qwen3.5 dense and MoE, each converted once on load to
+  // the layout the forward pass reads: docs/ARCHITECTURES.md). Throws rkv::Error naming the
+  // file and tensor. A path to a .gguf file loads that file instead (model_load_gguf.cpp: llama,
+  // qwen2, qwen3, qwen3moe, gpt-oss, qwen35, qwen35moe; F32/F16/BF16 and
+  // Q8_0/Q4_0/Q5_0/Q4_K/Q6_K/MXFP4 weights).
   static std::unique_ptr<Model> load(const std::filesystem::path& dir);
 
   const ModelConfig& config() const { return config_; }
