@@ -585,6 +585,28 @@ TEST(ArchSafetensors, UnsupportedConfigsAreNamed) {
       << error(qwen35);
   qwen35.erase("text_config");
   EXPECT_NE(error(qwen35).find("needs a 'text_config' object"), std::string::npos) << error(qwen35);
+
+  // gpt-oss: each sequence holds a ring of sliding_window keys per window layer, so a window
+  // beyond the context is refused rather than allocated.
+  json oss = {{"architectures", {"GptOssForCausalLM"}},
+              {"model_type", "gpt_oss"},
+              {"hidden_size", 64},
+              {"intermediate_size", 64},
+              {"num_local_experts", 8},
+              {"num_experts_per_tok", 4},
+              {"num_hidden_layers", 2},
+              {"num_attention_heads", 8},
+              {"num_key_value_heads", 2},
+              {"head_dim", 16},
+              {"vocab_size", 448},
+              {"max_position_embeddings", 4096},
+              {"sliding_window", 128},
+              {"rope_theta", 150000.0}};
+  EXPECT_EQ(error(oss), "(no error)");
+  oss["sliding_window"] = 1 << 30;
+  EXPECT_NE(error(oss).find("sliding_window must be positive and at most max_position_embeddings"),
+            std::string::npos)
+      << error(oss);
 }
 
 TEST(ArchSafetensors, MissingOrMisshapedTensorIsNamed) {

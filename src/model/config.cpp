@@ -448,7 +448,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
         c.layer_kinds.push_back(l % 2 == 0 ? LayerKind::SlidingWindow : LayerKind::Attention);
     if (c.window_layers() > 0) {
       c.sliding_window = get_int(t, "sliding_window", src, 0, true);
-      if (c.sliding_window <= 0) throw Error(src + ": sliding_window must be positive");
+      if (c.sliding_window <= 0 || c.sliding_window > c.max_position_embeddings)
+        throw Error(src + ": sliding_window must be positive and at most max_position_embeddings");
     }
     c.attention_sinks = true;
     c.output_bias = true;

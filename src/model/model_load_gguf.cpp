@@ -15,8 +15,9 @@
 // none is refused.
 //
 // Weight types: F32, F16, BF16, and the block-quantized Q8_0, Q4_0, Q5_0, Q4_K and Q6_K (every type
-// llama-quantize's Q4_K_M preset writes) and MXFP4 (gpt-oss's experts), kept quantized in the mapped file and multiplied by the
-// quantized kernels (kernels.h); other quantized types are refused naming the type and tensor.
+// llama-quantize's Q4_K_M preset writes) and MXFP4 (gpt-oss's experts), kept quantized in the
+// mapped file and multiplied by the quantized kernels (kernels.h); other quantized types are
+// refused naming the type and tensor.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -280,6 +281,10 @@ std::unique_ptr<Model> Model::load_gguf(const std::filesystem::path& path) {
   c.layer_kinds.assign(static_cast<std::size_t>(c.num_layers), LayerKind::Attention);
   if (gpt_oss) {
     c.sliding_window = L.get_int(L.key("attention.sliding_window"), std::nullopt);
+    // Each sequence holds a ring of this many keys per window layer: bounded by the context.
+    if (c.sliding_window > c.max_position_embeddings)
+      L.fail(L.key("attention.sliding_window") + " (" + std::to_string(c.sliding_window) +
+             ") exceeds context_length (" + std::to_string(c.max_position_embeddings) + ")");
     c.attention_sinks = true;
     c.output_bias = true;
     for (int l = 0; l < c.num_layers; l += 2)  // llama.cpp's swa pattern 2: the even layers
