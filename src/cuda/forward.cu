@@ -256,7 +256,7 @@ class CudaOps final : public ForwardOps {
   std::vector<DeviceLayer> layers_;
 
   // The pass's activations (by Act), RoPE tables and the products' scratch.
-  std::array<DeviceBuffer, 8> act_;
+  std::array<DeviceBuffer, std::size(kActs)> act_;  // one per Act (QGate stays empty here)
   DeviceBuffer cos_, sin_, logits_hidden_, logits_;
   // The pass's row data, copied in one transfer: tokens, positions, cache rows, entry indices
   // ([layers][T]) and the rows that want logits.
