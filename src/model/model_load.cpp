@@ -7,14 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
 #include "core/error.h"
-#include "core/mapped_file.h"
 #include "model/gguf.h"
 #include "model/model.h"
 
@@ -115,21 +112,12 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
 namespace fs = std::filesystem;
 using Owner = std::vector<std::shared_ptr<const void>>;
 
-// One tensor of a checkpoint: a float tensor (F32, BF16, F16) or raw bytes (U8; info.dtype is
-// then meaningless).
-struct CkTensor {
-  TensorInfo info;
-  bool bytes = false;
-};
-
-// A checkpoint's tensors by name. It records the tensors the loader took: their bytes are the
-// model's weights (a Qwen3.5 checkpoint also holds a vision tower and MTP layers).
 class Checkpoint {
  public:
-  Checkpoint(fs::path dir, std::map<std::string, CkTensor> tensors)
+  Checkpoint(fs::path dir, std::map<std::string, TensorInfo> tensors)
       : dir_(std::move(dir)), tensors_(std::move(tensors)) {}
   bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
-  const CkTensor& get(const std::string& name) const {
+  const TensorInfo& get(const std::string& name) const {
     auto it = tensors_.find(name);
     if (it == tensors_.end()) throw Error(dir_.string() + ": missing tensor " + name);
     used_.insert(name);
@@ -137,147 +125,21 @@ class Checkpoint {
   }
   std::size_t used_bytes() const {
     std::size_t n = 0;
-    for (const std::string& name : used_) n += tensors_.at(name).info.nbytes;
+    for (const std::string& name : used_) n += tensors_.at(name).nbytes;
     return n;
   }
   const fs::path& dir() const { return dir_; }
 
  private:
   fs::path dir_;
-  std::map<std::string, CkTensor> tensors_;
+  std::map<std::string, TensorInfo> tensors_;
   mutable std::set<std::string> used_;
 };
 
 Checkpoint from_store(const TensorStore& st) {
-  std::map<std::string, CkTensor> tensors;
-  for (const auto& [name, info] : st.tensors()) tensors[name] = {info, false};
+  std::map<std::string, TensorInfo> tensors;
+  for (const auto& [name, info] : st.tensors()) tensors[name] = info;
   return {st.dir(), std::move(tensors)};
-}
-
-// The safetensors files of a checkpoint directory, found as TensorStore finds them.
-std::vector<fs::path> safetensors_files(const fs::path& dir) {
-  std::vector<fs::path> paths;
-  const fs::path index = dir / "model.safetensors.index.json";
-  if (fs::exists(dir / "model.safetensors")) {
-    paths.push_back(dir / "model.safetensors");
-  } else if (fs::exists(index)) {
-    nlohmann::json j;
-    try {
-      std::ifstream in(index);
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(index.string() + ": invalid JSON: " + e.what());
-    }
-    if (!j.contains("weight_map") || !j["weight_map"].is_object())
-      throw Error(index.string() + ": missing 'weight_map'");
-    std::set<std::string> names;
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      if (!it->is_string()) throw Error(index.string() + ": weight_map values must be file names");
-      names.insert(it->get<std::string>());
-    }
-    for (const auto& n : names) {
-      if (n.find('/') != std::string::npos || n.find("..") != std::string::npos)
-        throw Error(index.string() + ": shard name '" + n + "' must be a plain file name");
-      if (!fs::exists(dir / n)) throw Error(index.string() + ": shard " + n + " is missing");
-      paths.push_back(dir / n);
-    }
-  } else if (fs::is_directory(dir)) {
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.path().extension() == ".safetensors") paths.push_back(e.path());
-    std::sort(paths.begin(), paths.end());
-  }
-  if (paths.empty())
-    throw Error(dir.string() +
-                ": no model.safetensors, model.safetensors.index.json or *.safetensors");
-  return paths;
-}
-
-// A checkpoint whose tensors may also be U8 (gpt-oss's MXFP4 experts), which TensorStore does not
-// read: its files are mapped and their headers checked here as SafetensorsFile checks them.
-Checkpoint read_checkpoint_with_bytes(const fs::path& dir, Owner& owner) {
-  std::map<std::string, CkTensor> tensors;
-  for (const fs::path& path : safetensors_files(dir)) {
-    auto file = std::make_shared<MappedFile>(path);
-    owner.push_back(file);
-    const std::string where = path.string();
-    const std::size_t size = file->size();
-    if (size < 8)
-      throw Error(where + ": truncated safetensors file (" + std::to_string(size) + " bytes)");
-    std::uint64_t header_len = 0;
-    std::memcpy(&header_len, file->data(), 8);
-    if (header_len > size - 8 || header_len > (100u << 20))
-      throw Error(where + ": invalid safetensors header length " + std::to_string(header_len) +
-                  " (file has " + std::to_string(size) +
-                  " bytes): truncated or not a safetensors file");
-    const char* begin = reinterpret_cast<const char*>(file->data()) + 8;
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(begin, begin + header_len);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(where + ": invalid safetensors header JSON: " + e.what());
-    }
-    if (!header.is_object()) throw Error(where + ": safetensors header is not a JSON object");
-    const std::byte* data_begin = file->data() + 8 + header_len;
-    const std::size_t data_size = size - 8 - header_len;
-    for (auto it = header.begin(); it != header.end(); ++it) {
-      if (it.key() == "__metadata__") continue;
-      const std::string ctx = where + ": tensor " + it.key();
-      const nlohmann::json& t = *it;
-      if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") ||
-          !t.contains("data_offsets"))
-        throw Error(ctx + ": malformed entry (needs dtype, shape, data_offsets)");
-      CkTensor ct;
-      TensorInfo& info = ct.info;
-      info.name = it.key();
-      info.file = where;
-      const std::string dt = t["dtype"].is_string() ? t["dtype"].get<std::string>() : "?";
-      if (dt == "F32")
-        info.dtype = DType::F32;
-      else if (dt == "BF16")
-        info.dtype = DType::BF16;
-      else if (dt == "F16")
-        info.dtype = DType::F16;
-      else if (dt == "U8")
-        ct.bytes = true;
-      else
-        throw Error(ctx + ": unsupported dtype " + dt +
-                    " (supported: F32, BF16, F16, and U8 for MXFP4 blocks and scales)");
-      const std::int64_t element = ct.bytes ? 1 : static_cast<std::int64_t>(dtype_size(info.dtype));
-      if (!t["shape"].is_array()) throw Error(ctx + ": shape is not a list");
-      for (const auto& d : t["shape"]) {
-        if (!d.is_number_integer() || d.get<std::int64_t>() < 0)
-          throw Error(ctx + ": invalid shape");
-        info.shape.push_back(d.get<std::int64_t>());
-      }
-      const nlohmann::json& off = t["data_offsets"];
-      if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
-          !off[1].is_number_unsigned())
-        throw Error(ctx + ": data_offsets must be two non-negative integers");
-      const std::uint64_t b = off[0].get<std::uint64_t>(), e = off[1].get<std::uint64_t>();
-      if (b > e || e > data_size)
-        throw Error(ctx + ": data_offsets [" + std::to_string(b) + "," + std::to_string(e) +
-                    "] lie outside the file's " + std::to_string(data_size) +
-                    " data bytes: the file is truncated or corrupt");
-      info.nbytes = static_cast<std::size_t>(e - b);
-      std::int64_t need = 1;
-      bool overflow = false;
-      for (auto d : info.shape) overflow = overflow || __builtin_mul_overflow(need, d, &need);
-      overflow = overflow || __builtin_mul_overflow(need, element, &need);
-      if (overflow)
-        throw Error(ctx + ": shape " + info.shape_string() + " of " + dt + " is too large");
-      if (static_cast<std::uint64_t>(need) != info.nbytes)
-        throw Error(ctx + ": shape " + info.shape_string() + " of " + dt + " needs " +
-                    std::to_string(need) + " bytes but data_offsets give " +
-                    std::to_string(info.nbytes));
-      if (b % static_cast<std::uint64_t>(element) != 0 ||
-          (8 + header_len) % static_cast<std::uint64_t>(element) != 0)
-        throw Error(ctx + ": data is not aligned to its element size");
-      info.data = data_begin + b;
-      if (auto [prev, inserted] = tensors.emplace(info.name, ct); !inserted)
-        throw Error(where + ": tensor " + info.name + " also appears in " + prev->second.info.file);
-    }
-  }
-  return {dir, std::move(tensors)};
 }
 
 // Tensor lookups with their shapes checked, and buffers the model owns.
@@ -286,23 +148,23 @@ struct Loader {
   Owner& owner;
 
   const TensorInfo& tensor(const std::string& name, const Shape& shape) const {
-    const CkTensor& t = ck.get(name);
-    if (t.info.shape != shape)
-      throw Error(t.info.file + ": tensor " + name + " has shape " + t.info.shape_string() +
-                  ", expected " + shape_to_string(shape));
+    const TensorInfo& t = ck.get(name);
+    if (t.shape != shape)
+      throw Error(t.file + ": tensor " + name + " has shape " + t.shape_string() + ", expected " +
+                  shape_to_string(shape));
     if (t.bytes)
-      throw Error(t.info.file + ": tensor " + name + " has dtype U8, expected F32, BF16 or F16");
-    return t.info;
+      throw Error(t.file + ": tensor " + name + " has dtype U8, expected F32, BF16 or F16");
+    return t;
   }
   const std::uint8_t* bytes(const std::string& name, const Shape& shape) const {
-    const CkTensor& t = ck.get(name);
-    if (t.info.shape != shape)
-      throw Error(t.info.file + ": tensor " + name + " has shape " + t.info.shape_string() +
-                  ", expected " + shape_to_string(shape));
+    const TensorInfo& t = ck.get(name);
+    if (t.shape != shape)
+      throw Error(t.file + ": tensor " + name + " has shape " + t.shape_string() + ", expected " +
+                  shape_to_string(shape));
     if (!t.bytes)
-      throw Error(t.info.file + ": tensor " + name + " has dtype " +
-                  std::string(dtype_name(t.info.dtype)) + ", expected U8 (MXFP4 blocks or scales)");
-    return static_cast<const std::uint8_t*>(t.info.data);
+      throw Error(t.file + ": tensor " + name + " has dtype " + std::string(dtype_name(t.dtype)) +
+                  ", expected U8 (MXFP4 blocks or scales)");
+    return static_cast<const std::uint8_t*>(t.data);
   }
   kernels::WeightView matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const {
     const TensorInfo& t = tensor(name, {rows, cols});
@@ -632,11 +494,10 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
   m->config_ = ModelConfig::load(dir);
   if (!m->config_.is_dense_transformer()) {
     // Qwen3 MoE, gpt-oss, Qwen3.5: the weights in llama.cpp's conventions (see above). gpt-oss's
-    // files are read here, as TensorStore does not read its MXFP4 experts' U8 tensors.
+    // MXFP4 experts are U8 tensors, read as raw bytes.
     const ModelConfig& c = m->config_;
-    if (c.arch != Architecture::GptOss) m->store_ = std::make_unique<TensorStore>(dir);
-    const Checkpoint ck =
-        m->store_ ? from_store(*m->store_) : read_checkpoint_with_bytes(dir, m->keep_alive_);
+    m->store_ = std::make_unique<TensorStore>(dir, /*allow_bytes=*/c.arch == Architecture::GptOss);
+    const Checkpoint ck = from_store(*m->store_);
     const Loader L{ck, m->keep_alive_};
     // Qwen3.5's published (image-text) checkpoints hold the text model under
     // model.language_model., the text-only classes under model.

@@ -31,7 +31,7 @@ std::string TensorInfo::shape_string() const {
   return shape_to_string(shape);
 }
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path, bool allow_bytes)
     : file_(std::make_unique<MappedFile>(path)) {
   const std::string where = path.string();
   const std::size_t size = file_->size();
@@ -75,8 +75,14 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
       info.dtype = DType::BF16;
     else if (dt == "F16")
       info.dtype = DType::F16;
+    else if (dt == "U8" && allow_bytes)
+      info.bytes = true;
     else
-      throw Error(ctx + ": unsupported dtype " + dt + " (supported: F32, BF16, F16)");
+      throw Error(ctx + ": unsupported dtype " + dt +
+                  (allow_bytes ? " (supported: F32, BF16, F16, and U8 for MXFP4 blocks and scales)"
+                               : " (supported: F32, BF16, F16)"));
+    const auto element =
+        info.bytes ? std::int64_t{1} : static_cast<std::int64_t>(dtype_size(info.dtype));
     if (!t["shape"].is_array()) throw Error(ctx + ": shape is not a list");
     for (const auto& d : t["shape"]) {
       if (!d.is_number_integer() || d.get<std::int64_t>() < 0) throw Error(ctx + ": invalid shape");
@@ -98,22 +104,22 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
     std::int64_t need = 1;
     bool overflow = false;
     for (auto d : info.shape) overflow = overflow || __builtin_mul_overflow(need, d, &need);
-    overflow = overflow || __builtin_mul_overflow(
-                               need, static_cast<std::int64_t>(dtype_size(info.dtype)), &need);
+    overflow = overflow || __builtin_mul_overflow(need, element, &need);
     if (overflow)
       throw Error(ctx + ": shape " + info.shape_string() + " of " + dt + " is too large");
     if (static_cast<std::uint64_t>(need) != info.nbytes)
       throw Error(ctx + ": shape " + info.shape_string() + " of " + dt + " needs " +
                   std::to_string(need) + " bytes but data_offsets give " +
                   std::to_string(info.nbytes));
-    if (b % dtype_size(info.dtype) != 0 || (8 + header_len) % dtype_size(info.dtype) != 0)
+    if (b % static_cast<std::uint64_t>(element) != 0 ||
+        (8 + header_len) % static_cast<std::uint64_t>(element) != 0)
       throw Error(ctx + ": data is not aligned to its element size");
     info.data = data_begin + b;
     tensors_[info.name] = std::move(info);
   }
 }
 
-TensorStore::TensorStore(const std::filesystem::path& dir) : dir_(dir) {
+TensorStore::TensorStore(const std::filesystem::path& dir, bool allow_bytes) : dir_(dir) {
   namespace fs = std::filesystem;
   std::vector<fs::path> paths;
   const fs::path index = dir / "model.safetensors.index.json";
@@ -151,7 +157,7 @@ TensorStore::TensorStore(const std::filesystem::path& dir) : dir_(dir) {
     throw Error(dir.string() +
                 ": no model.safetensors, model.safetensors.index.json or *.safetensors");
   for (const auto& p : paths) {
-    files_.push_back(std::make_unique<SafetensorsFile>(p));
+    files_.push_back(std::make_unique<SafetensorsFile>(p, allow_bytes));
     for (const auto& [name, info] : files_.back()->tensors()) {
       if (tensors_.count(name))
         throw Error(p.string() + ": tensor " + name + " also appears in " + tensors_[name].file);

@@ -23,6 +23,9 @@ struct TensorInfo {
   const void* data = nullptr;
   std::size_t nbytes = 0;
   std::string file;  // the file it lives in, for error messages
+  // A U8 tensor, read only where its reader allows raw bytes (gpt-oss's MXFP4 blocks and
+  // scales): its bytes are `data`, one per element, and `dtype` is meaningless.
+  bool bytes = false;
 
   std::int64_t numel() const;
   std::string shape_string() const;  // "[64,32]"
@@ -33,9 +36,10 @@ std::string shape_to_string(const std::vector<std::int64_t>& shape);
 
 class SafetensorsFile {
  public:
-  // Maps and validates the file: header length, JSON, dtypes (F32/BF16/F16), offsets inside the
-  // file and consistent with the shape. Throws rkv::Error naming the file and the tensor.
-  explicit SafetensorsFile(const std::filesystem::path& path);
+  // Maps and validates the file: header length, JSON, dtypes (F32/BF16/F16, and U8 as raw bytes
+  // with allow_bytes), offsets inside the file and consistent with the shape. Throws rkv::Error
+  // naming the file and the tensor.
+  explicit SafetensorsFile(const std::filesystem::path& path, bool allow_bytes = false);
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
@@ -49,7 +53,8 @@ class SafetensorsFile {
 // model.safetensors.index.json, or (failing both) every *.safetensors file in the directory.
 class TensorStore {
  public:
-  explicit TensorStore(const std::filesystem::path& dir);
+  // allow_bytes: U8 tensors are read as raw bytes (TensorInfo::bytes), as SafetensorsFile.
+  explicit TensorStore(const std::filesystem::path& dir, bool allow_bytes = false);
   bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
   // Throws rkv::Error "<dir>: missing tensor <name>" when absent.
   const TensorInfo& get(const std::string& name) const;
