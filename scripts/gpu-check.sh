@@ -4,10 +4,12 @@
 #
 #   scripts/gpu-check.sh build    here: builds rkv with CUDA (sm_90) into build-gpu/ and gathers
 #                                 what the GPU machine needs into gpu-bin/ (git-ignored): the two
-#                                 binaries, the shared libraries it lacks (utf8proc, cpp-httplib,
-#                                 ...), the golden checkpoints
+#                                 binaries, the shared libraries it lacks (utf8proc, pcre2),
+#                                 the golden checkpoints
 #   scripts/gpu-check.sh test     there: the gpu-labelled tests (parity with the goldens and the CPU
 #                                 engine, kernels against float64), then a short decode benchmark
+#   scripts/gpu-check.sh all      there: test, then bench, writing the 8B checkpoint during the
+#                                 tests (RKV_GPU_TABLE1=0 skips the 16K steady-state row)
 #   scripts/gpu-check.sh bench    there: bench-decode at batch 1 on the Llama3-8B shape (random bf16
 #                                 weights) against the card's copy bandwidth, rkv bench at batch 1
 #                                 and 64 (prompt 128, 512 generated), and transformers' generate on
@@ -29,11 +31,11 @@ case "$stage" in
     ninja -C build-gpu rkv rkv_gpu_tests
     rm -rf gpu-bin && mkdir -p gpu-bin/shared/golden
     cp build-gpu/rkv build-gpu/rkv_gpu_tests gpu-bin/
-    # The shared libraries the GPU machine lacks (it has CUDA, glibc, libstdc++, OpenSSL, zlib).
-    for lib in libutf8proc.so.2 libcpp-httplib.so.0.11 libpcre2-8.so.0 libbrotlidec.so.1 \
-      libbrotlienc.so.1 libbrotlicommon.so.1; do
-      cp "$(ldd build-gpu/rkv | awk -v l=$lib '$1 == l {print $3}')" gpu-bin/
-    done
+    # The shared libraries the GPU machine may lack (it has CUDA, glibc, libstdc++, OpenSSL,
+    # zlib): every library the binaries link from Debian's multiarch folder other than those.
+    ldd build-gpu/rkv build-gpu/rkv_gpu_tests | awk '$3 ~ /^\/lib\/x86_64-linux-gnu\// {print $3}' |
+      grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libssl|libcrypto|libz)\.so' |
+      sort -u | while read -r lib; do cp "$lib" gpu-bin/; done
     cp -r ../shared/golden/models gpu-bin/shared/golden/
     mkdir -p gpu-bin/shared/golden/gguf
     cp ../shared/golden/gguf/stories260K-q8_0.gguf gpu-bin/shared/golden/gguf/
@@ -53,6 +55,17 @@ case "$stage" in
         --json "$out/bench-decode-$shape.json" | tee "$out/bench-decode-$shape.md"
     done
     ;;
+  all)
+    # test and bench in one command (each start of the GPU machine costs minutes of a short
+    # lease): the 8B checkpoint is written on the CPUs while the tests run on the GPU.
+    export LD_LIBRARY_PATH=$PWD/gpu-bin:${LD_LIBRARY_PATH:-}
+    model=/tmp/rkv-r1-distill-llama-8b
+    (gpu-bin/rkv make-model --shape r1-distill-llama-8b --dtype bf16 -o $model.tmp \
+      >"$out/make-model-8b.log" 2>&1 && mv $model.tmp $model) &
+    "$0" test || echo "gpu-check: the tests failed; the benchmarks run anyway"
+    wait
+    "$0" bench
+    ;;
   bench)
     export LD_LIBRARY_PATH=$PWD/gpu-bin:${LD_LIBRARY_PATH:-}
     model=/tmp/rkv-r1-distill-llama-8b
@@ -64,6 +77,7 @@ case "$stage" in
       | tee "$out/bench-8b.md"
     python3 tools/gpu/hf_generate.py $model --batch 1 64 --prompt-len 128 --gen-len 512 --json \
       | tee "$out/hf-8b.log"
+    [ "${RKV_GPU_TABLE1:-1}" = 1 ] || exit 0
     # R-KV Table 1's FullKV row at 16K generated tokens, as many sequences as fit, in a steady state
     # (a whole run outlasts a command; docs/PERFORMANCE-LOG.md, "Steady state").
     gpu-bin/rkv bench -m $model --device cuda --prompt-len 128 --gen-lens 16384 --methods fullkv \
@@ -71,7 +85,7 @@ case "$stage" in
       | tee "$out/table1-fullkv-16k.md"
     ;;
   *)
-    echo "usage: scripts/gpu-check.sh build|test|bench (see the comment at the top)" >&2
+    echo "usage: scripts/gpu-check.sh build|test|bench|all (see the comment at the top)" >&2
     exit 2
     ;;
 esac

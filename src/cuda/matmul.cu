@@ -8,8 +8,10 @@
 namespace rkv::cuda {
 
 namespace {
-// f16's largest finite value is 65504: activations are scaled by 2^-kF16Shift before their split
-// and the product by 2^kF16Shift after (powers of two: exact).
+// f16's largest finite value is 65504: in the exact precision, activations are scaled by
+// 2^-kF16Shift before their split and the product by 2^kF16Shift after (powers of two: exact). The
+// rounded precision rounds x itself to f16, as the GEMV path, the CPU and llama.cpp do, so that a
+// row's product does not depend on how many rows share its pass.
 constexpr int kF16Shift = 4;
 }  // namespace
 
@@ -61,7 +63,7 @@ void DeviceMatmul::run(const float* x, int T, const DeviceWeight& w,
     throw Error("matmul: the CUDA backend has no kernel for " + std::string(dtype_name(w.dtype)) +
                 " weights");
   const cudaDataType type = w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
-  const int shift = w.dtype == DType::F16 ? kF16Shift : 0;
+  const int shift = w.dtype == DType::F16 && !rounded ? kF16Shift : 0;
   const float scale_in = 1.0f / static_cast<float>(1 << shift);
   const float alpha = static_cast<float>(1 << shift);
   parts_.grow(2 * n * 2, "the activations' 16-bit parts");

@@ -186,8 +186,9 @@ TEST(GpuKernels, GemvMatchesFloat64) {
 }
 
 // Both paths of DeviceMatmul (GEMV up to 8 rows, cuBLAS above) in both precisions, against float64:
-// exact multiplies x itself, rounded multiplies x rounded to the weights' type. f16 activations up
-// to 2^19 (above f16's range: the scaled split must hold them).
+// exact multiplies x itself, rounded multiplies x rounded to the weights' type. In the exact
+// precision f16 activations go up to 2^19 (above f16's range: the scaled split must hold them); the
+// rounded precision is x rounded to f16, defined inside f16's range, so it gets 2^15 there.
 TEST(GpuKernels, MatmulMatchesFloat64InBothPrecisions) {
   RKV_REQUIRE_GPU();
   const int N = 300, K = 512;
@@ -202,7 +203,8 @@ TEST(GpuKernels, MatmulMatchesFloat64InBothPrecisions) {
     for (int T : {1, 5, 8, 9, 16, 70}) {
       for (auto precision : {kernels::MatmulPrecision::Exact, kernels::MatmulPrecision::Rounded}) {
         auto x = randn(static_cast<std::size_t>(T) * K, 40 + T);
-        if (dtype == DType::F16) x[3] = 524288.0f;  // 2^19
+        if (dtype == DType::F16)
+          x[3] = precision == kernels::MatmulPrecision::Exact ? 524288.0f : 32768.0f;  // 2^19, 2^15
         Dev<float> dx(x);
         Dev<float> dy(std::vector<float>(static_cast<std::size_t>(T) * N, NAN));
         matmul.run(dx.p, T, weight, precision, dy.p);
