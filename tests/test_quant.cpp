@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -416,7 +417,7 @@ TEST_P(QuantizedMatmul, AgainstFloat64OraclesAndReference) {
     const bool k_type = dtype_block_elements(t) == 256;
     for (std::size_t T : {1u, 2u, 3u, 5u, 37u, 70u})
       for (std::size_t K :
-           k_type ? std::vector<std::size_t>{256, 768} : std::vector<std::size_t>{32, 96, 352})
+           k_type ? std::vector<std::size_t>{256, 768} : std::vector<std::size_t>{32, 96, 128, 352})
         for (std::size_t N : {1u, 3u, 6u, 17u, 33u}) {
           SCOPED_TRACE(std::string(dtype_name(t)) + " T=" + std::to_string(T) +
                        " K=" + std::to_string(K) + " N=" + std::to_string(N));
@@ -531,6 +532,23 @@ TEST(QuantizedMatmulDispatch, Avx512RunsTheVnniKernelsWhereTheCpuHasVnni) {
   EXPECT_TRUE(kernels::quantized_avx512_uses_vnni());
   EXPECT_NE(kernels::quantized_rows_for(Isa::Avx512), kernels::quantized_rows_for(Isa::Avx2));
   EXPECT_EQ(kernels::quantized_rows_for(Isa::Avx512), kernels::quantized_rows_for(Isa::Avx512Bf16));
+}
+
+// Where the CPU has AMX-INT8 (and the kernel grants the tile state), the AVX-512 instruction sets'
+// quantized kernels run prefill on tiles, so the Isas/QuantizedMatmul instances above test them
+// (T = 37 and 70; Q8_0 at K = 128); ctest Kernels.ParityWithAmxOff runs the same with RKV_AMX=off.
+TEST(QuantizedMatmulDispatch, AmxInt8RunsWhereTheCpuHasIt) {
+  const char* env = std::getenv("RKV_AMX");
+  if (env != nullptr && (std::string(env) == "off" || std::string(env) == "0")) {
+    EXPECT_FALSE(kernels::amx_int8_enabled());
+    return;
+  }
+  const Isa isa = kernels::active_isa();
+  if ((isa != Isa::Avx512 && isa != Isa::Avx512Bf16) || !__builtin_cpu_supports("avx512vnni") ||
+      !__builtin_cpu_supports("amx-int8"))
+    GTEST_SKIP() << "this CPU has no AMX-INT8 with AVX512-VNNI (or AVX-512 is not active)";
+  EXPECT_TRUE(kernels::amx_int8_enabled()) << "the kernel refused the AMX tile state";
+  EXPECT_NE(kernels::kernels_name().find("+amx"), std::string::npos);
 }
 
 // kernels::matmul (activations quantized once, rows split over threads) equals the active

@@ -38,12 +38,16 @@ Bf16SplitFn bf16_split_avx512bf16_fn();
 Bf16RowsFn bf16_rows_avx512bf16_fn();
 QuantizedRowsFn quantized_rows_avx2_fn();
 QuantizedRowsFn quantized_rows_avx512vnni_fn();
+QuantizedRowsFn quantized_rows_amx_int8_fn();
 QuantizeActivationsFn quantize_activations_avx2_fn();
 static bool cpu_has_avx512vnni() {
   return __builtin_cpu_supports("avx512vnni");
 }
 #else
 static QuantizedRowsFn quantized_rows_avx512vnni_fn() {
+  return nullptr;
+}
+static QuantizedRowsFn quantized_rows_amx_int8_fn() {
   return nullptr;
 }
 static bool cpu_has_avx512vnni() {
@@ -106,15 +110,22 @@ Bf16SplitFn bf16_split_for(Isa isa) {
 
 namespace {
 
-// CPUID leaf 7: AMX-BF16 (EDX bit 22) and AMX-TILE (EDX bit 24).
-bool cpu_has_amx_bf16() {
+// CPUID leaf 7, EDX: AMX-BF16 (bit 22), AMX-TILE (bit 24), AMX-INT8 (bit 25).
+bool cpu_has_amx(unsigned bit) {
 #if defined(__x86_64__)
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
-  return (d & (1u << 22)) != 0 && (d & (1u << 24)) != 0;
+  return (d & (1u << bit)) != 0 && (d & (1u << 24)) != 0;
 #else
+  (void)bit;
   return false;
 #endif
+}
+bool cpu_has_amx_bf16() {
+  return cpu_has_amx(22);
+}
+bool cpu_has_amx_int8() {
+  return cpu_has_amx(25);
 }
 
 // Asks Linux for the AMX tile data state (XFEATURE_XTILEDATA, 18) for this process.
@@ -133,26 +144,46 @@ bool request_amx_permission(std::string& why) {
 
 }  // namespace
 
-bool amx_enabled() {
-  static const bool enabled = [] {
-    if (const char* env = std::getenv("RKV_AMX");
-        env != nullptr && (std::string_view(env) == "off" || std::string_view(env) == "0"))
-      return false;
-    if (active_isa() != Isa::Avx512Bf16 || !cpu_has_amx_bf16()) return false;
+namespace {
+
+bool amx_turned_off() {
+  const char* env = std::getenv("RKV_AMX");
+  return env != nullptr && (std::string_view(env) == "off" || std::string_view(env) == "0");
+}
+
+// The tile state, asked for once per process; a refusal is said once on stderr.
+bool amx_permitted() {
+  static const bool granted = [] {
     std::string why;
     if (request_amx_permission(why)) return true;
     std::fprintf(stderr,
                  "rkv: the CPU has AMX, but the kernel refused the tile state (arch_prctl: %s); "
-                 "bf16 prompt processing runs on AVX512-BF16\n",
+                 "prompt processing runs on AVX-512\n",
                  why.c_str());
     return false;
   }();
+  return granted;
+}
+
+}  // namespace
+
+bool amx_enabled() {
+  static const bool enabled =
+      !amx_turned_off() && active_isa() == Isa::Avx512Bf16 && cpu_has_amx_bf16() && amx_permitted();
+  return enabled;
+}
+
+bool amx_int8_enabled() {
+  static const bool enabled = !amx_turned_off() &&
+                              (active_isa() == Isa::Avx512 || active_isa() == Isa::Avx512Bf16) &&
+                              cpu_has_avx512vnni() && cpu_has_amx_int8() &&
+                              quantized_rows_amx_int8_fn() != nullptr && amx_permitted();
   return enabled;
 }
 
 std::string kernels_name() {
   std::string name(isa_name(active_isa()));
-  return amx_enabled() ? name + "+amx" : name;
+  return amx_enabled() || amx_int8_enabled() ? name + "+amx" : name;
 }
 
 Bf16RowsFn bf16_rows_for(Isa isa) {
@@ -171,7 +202,10 @@ QuantizedRowsFn quantized_rows_for(Isa isa) {
       return quantized_rows_avx2_fn();
     case Isa::Avx512:
     case Isa::Avx512Bf16:
-      // vpdpbusd (matmul_quant_avx512vnni.cpp) where the CPU has AVX512-VNNI, else AVX2's.
+      // vpdpbusd (matmul_quant_avx512vnni.cpp) where the CPU has AVX512-VNNI, else AVX2's; with
+      // AMX-INT8, prefill on tiles (matmul_quant_amxint8.cpp, which runs the VNNI kernels below
+      // kQuantAmxMinT rows and for the types it has no tile kernel for).
+      if (quantized_avx512_uses_vnni() && amx_int8_enabled()) return quantized_rows_amx_int8_fn();
       return quantized_avx512_uses_vnni() ? quantized_rows_avx512vnni_fn()
                                           : quantized_rows_avx2_fn();
   }

@@ -118,7 +118,15 @@ Bf16RowsFn bf16_rows_for(Isa isa);
 // f32 accumulation). RKV_AMX=off keeps it off; a CPU with AMX whose kernel refuses says so once on
 // stderr. Decided once, on the first call.
 bool amx_enabled();
-// "avx512bf16+amx" when amx_enabled(), else isa_name(active_isa()): what benchmarks print.
+// AMX-INT8: with an AVX-512 ISA active, AVX512-VNNI, AMX-TILE and AMX-INT8 and the tile state
+// granted, the quantized GEMM runs on tiles from kQuantAmxMinT rows for Q4_K, Q6_K and Q8_0 (K a
+// multiple of 64): TDPBSSD on the same 8-bit activation blocks and the weights' same small
+// integers, so each block's integer dot product is the reference's. Not in the llama.cpp-precision
+// mode (MatmulPrecision::Rounded), whose quantized products keep the VNNI kernels' summation
+// order, llama.cpp's. RKV_AMX=off keeps it off too.
+bool amx_int8_enabled();
+inline constexpr std::size_t kQuantAmxMinT = 16;
+// "<isa>+amx" when either AMX path is on, else isa_name(active_isa()): what benchmarks print.
 std::string kernels_name();
 
 // ---- quantized weights ----

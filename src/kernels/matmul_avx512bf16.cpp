@@ -37,6 +37,7 @@
 #include <new>
 #include <utility>
 
+#include "kernels/amx_util.h"
 #include "kernels/avx512_util.h"
 #include "kernels/kernels.h"
 #include "kernels/prefetch.h"
@@ -73,31 +74,6 @@ constexpr std::size_t min_sz(std::size_t a, std::size_t b) {
 constexpr std::size_t round_up(std::size_t a, std::size_t m) {
   return (a + m - 1) / m * m;
 }
-
-// A per-thread, grow-only, 64-byte aligned scratch buffer.
-class Scratch {
- public:
-  Scratch() = default;
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() { std::free(p_); }
-  void* get(std::size_t bytes) {
-    if (bytes > cap_) {
-      std::free(p_);
-      cap_ = round_up(bytes, 4096);
-      p_ = std::aligned_alloc(64, cap_);
-      if (p_ == nullptr) {
-        cap_ = 0;
-        throw std::bad_alloc();
-      }
-    }
-    return p_;
-  }
-
- private:
-  void* p_ = nullptr;
-  std::size_t cap_ = 0;
-};
 
 thread_local Scratch tls_x;
 thread_local Scratch tls_packed;  // the GEMM's packed weight panel
@@ -417,21 +393,13 @@ void gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const W
 // arithmetic: C += A_hi . B (+ A_lo . B), products of bf16 exact in f32, accumulated in f32.
 // Tiles: C 0..nv-1 (16 x 16 f32), A_hi 3, A_lo 4, B 5..4+nv.
 
-struct alignas(64) TileConfig {
-  std::uint8_t palette = 1;
-  std::uint8_t start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
-
 void load_tile_config() {
   TileConfig c;
   for (int t = 0; t < 8; ++t) {
     c.rows[t] = 16;
     c.colsb[t] = 64;
   }
-  _tile_loadconfig(&c);
+  load_tiles(c);
 }
 
 // C tiles = 16 input rows x the panel's 16 * NV weight rows over kp pairs (a multiple of 16),

@@ -102,7 +102,8 @@ void add_precision_options(CLI::App& app, std::string& matmul, std::string& atte
                   "How activations meet bf16/f16 weights in the matrix products: exact (as "
                   "float32, within the golden checkpoints' f32 tolerance) or llamacpp (rounded "
                   "to the weights' 16-bit type first, as llama.cpp's CPU backend does; logits move "
-                  "by up to a few 1e-2, docs/USAGE.md). f32 and quantized weights are unaffected")
+                  "by up to a few 1e-2, docs/USAGE.md). f32 weights are unaffected; quantized "
+                  "weights keep their arithmetic, summed in llama.cpp's order (no AMX tiles)")
       ->check(CLI::IsMember({"exact", "llamacpp"}));
   add_flag_option(app, "--attention-precision", attention,
                   "The attention's arithmetic: exact (float32) or llamacpp (llama.cpp's CPU flash "
