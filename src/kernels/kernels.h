@@ -126,6 +126,12 @@ bool amx_enabled();
 // order, llama.cpp's. RKV_AMX=off keeps it off too.
 bool amx_int8_enabled();
 inline constexpr std::size_t kQuantAmxMinT = 16;
+// Whether a product of T rows by w runs on the AMX-INT8 tiles (on a CPU where they are enabled).
+inline bool quantized_on_tiles(const WeightView& w, std::size_t T) {
+  return T >= kQuantAmxMinT && w.precision != MatmulPrecision::Rounded &&
+         (w.dtype == DType::Q4_K || w.dtype == DType::Q6_K ||
+          (w.dtype == DType::Q8_0 && w.cols % 64 == 0));
+}
 // "<isa>+amx" when either AMX path is on, else isa_name(active_isa()): what benchmarks print.
 std::string kernels_name();
 

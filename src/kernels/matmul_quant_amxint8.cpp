@@ -11,13 +11,14 @@
 //   acc[n][t] += C[n][t] * (f * mul)[n] * dx[t]  (- min[n] * dx[t] * sum[t] for Q4_K's mins).
 //
 // Operands: A is sixteen weight rows of one scale group, unpacked once per panel of weight rows
-// into int8 rows of K (the layout the rows already have, so a tile load reads them in place); B is
+// into int8 tiles of 16 x G contiguous bytes (one per scale group of each group of 16 rows); B is
 // sixteen activation rows in TDPBSSD's B layout (row k4 holds elements 4 k4 .. 4 k4 + 3 of each of
 // the sixteen rows), transposed once per call from the quantized activations (16x16 transposes of
 // 32-bit groups). C rows are weight rows, its lanes activation rows, so the per-row scale is a
-// broadcast and the per-activation one a vector. Tiles: C 0 and 3, A 1 and 4, B 2 and 5 (two scale
-// groups in flight). The loops keep a panel of unpacked weight rows and a chunk of activation rows
-// within about a megabyte each, so both stay in L2 while the other streams past.
+// broadcast and the per-activation one a vector. Tiles: C 0 and 3, A 1 and 4, B 2 and 5: the
+// product of the next scale group runs on the tiles while the vector units scale this one's. The
+// loops keep a panel of unpacked weight rows and a chunk of activation rows within about a megabyte
+// each, so both stay in L2 while the other streams past.
 //
 // Everything here has internal linkage and uses no out-of-line library templates (see
 // matmul_avx2.cpp).
@@ -61,15 +62,29 @@ inline float h2f(const std::uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// One weight row unpacked: q[K] int8 (decode_block32's q), s[K / group] = f * mul per group, and
-// (Q4_K) m[K / 32] = min per block. Equal to decode_block32, element for element.
+// Weight row i of a group of 16 unpacked into the A tiles' layout: scale group g of the row (G
+// int8, decode_block32's q) at q + 16 G g + G i, so that each tile is 16 G contiguous bytes; s[K /
+// G] = f * mul per group, and (Q4_K) m[K / 32] = min per block. Equal to decode_block32, element
+// for element.
 template <DType D>
-void unpack_row(const std::uint8_t* row, std::size_t K, std::int8_t* q, float* s, float* m) {
+void unpack_row(const std::uint8_t* row, std::size_t K, std::size_t i, std::int8_t* q, float* s,
+                float* m) {
+  constexpr std::size_t G = kGroup<D>;
+  // Elements e .. e + 31 of the row (32 of them: one group, or two for Q6_K).
+  auto put32 = [&](std::size_t e, __m256i v) {
+    if constexpr (G == 32) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 16 * e + 32 * i), v);
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * e + 16 * i), _mm256_castsi256_si128(v));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * (e + 16) + 16 * i),
+                       _mm256_extracti128_si256(v, 1));
+    }
+  };
   if constexpr (D == DType::Q8_0) {
     for (std::size_t b = 0; b < K / 32; ++b) {
       const std::uint8_t* blk = row + b * 34;
       s[b] = h2f(blk);
-      std::memcpy(q + 32 * b, blk + 2, 32);
+      put32(32 * b, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
     }
   } else if constexpr (D == DType::Q4_K) {
     for (std::size_t sb = 0; sb < K / 256; ++sb) {
@@ -86,9 +101,8 @@ void unpack_row(const std::uint8_t* row, std::size_t K, std::int8_t* q, float* s
         const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * p));
         const __m256i lo = _mm256_and_si256(qs, _mm256_set1_epi8(0x0F));
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), _mm256_set1_epi8(0x0F));
-        std::int8_t* out = q + 256 * sb + 64 * p;
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), lo);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32), hi);
+        put32(256 * sb + 64 * p, lo);
+        put32(256 * sb + 64 * p + 32, hi);
       }
     }
   } else {  // Q6_K
@@ -109,7 +123,7 @@ void unpack_row(const std::uint8_t* row, std::size_t K, std::int8_t* q, float* s
           const __m256i hi = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * r), 4),
                                               _mm256_set1_epi8(0x30));
           const __m256i v = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 256 * sb + 128 * h + 32 * r), v);
+          put32(256 * sb + 128 * h + 32 * r, v);
         }
       }
     }
@@ -188,13 +202,15 @@ inline void scale_group(const std::int32_t* c, const float* s, std::size_t ls, c
   }
 }
 
-// y[t][n] for the 16 weight rows at wq (unpacked, stride K; scales ws stride gs, mins wm stride
-// nb) and the activation group xa (16 rows, of which `rows` are real), into y (nr columns).
+// y[t][n] for a group of 16 weight rows (unpacked: its A tiles at wq, 16 G bytes each; scales ws
+// stride gs, mins wm stride nb) and the activation group xa (16 rows, of which `rows` are real),
+// into y (nr columns). Software-pipelined: the product of scale group g + 1 runs on the tiles
+// while the vector units scale group g's.
 template <DType D>
 void tile_block(const std::int8_t* wq, const float* ws, const float* wm, std::size_t K,
                 const Activations& xa, std::size_t group, std::size_t rows, std::size_t nr,
                 float* y, std::size_t ldy) {
-  constexpr int G = kGroup<D>;
+  constexpr std::size_t G = kGroup<D>;
   constexpr bool kMin = D == DType::Q4_K;
   const std::size_t ng = K / G, nb = K / 32;
   const std::uint8_t* b = xa.b + group * K * 16;
@@ -204,21 +220,34 @@ void tile_block(const std::int8_t* wq, const float* ws, const float* wm, std::si
   __m512 acc[16];
 #pragma GCC unroll 16
   for (int n = 0; n < 16; ++n) acc[n] = _mm512_setzero_ps();
-  for (std::size_t g = 0; g < ng; g += 2) {
-    _tile_loadd(1, wq + g * G, K);
-    _tile_loadd(2, b + g * G * 16, 64);
-    _tile_zero(0);
-    _tile_dpbssd(0, 1, 2);
-    _tile_loadd(4, wq + (g + 1) * G, K);
+  // Scale group g's 16x16 sums, stored to c from the tiles, onto acc.
+  auto scale = [&](std::size_t g, const std::int32_t* c) {
+    const std::size_t blk = g * G / 32;
+    scale_group<kMin>(c, ws + g, ng, wm + blk, nb, dx + 16 * blk, ds + 16 * blk, acc);
+  };
+  // Each group's sums are read back one step after they are stored (measured: the same speed as
+  // reading them at once).
+  _tile_loadd(1, wq, G);
+  _tile_loadd(2, b, 64);
+  _tile_zero(0);
+  _tile_dpbssd(0, 1, 2);
+  for (std::size_t g = 0; g < ng; g += 2) {  // ng is even
+    _tile_loadd(4, wq + (g + 1) * 16 * G, G);
     _tile_loadd(5, b + (g + 1) * G * 16, 64);
     _tile_zero(3);
     _tile_dpbssd(3, 4, 5);
     _tile_stored(0, c0, 64);
-    const std::size_t b0 = g * G / 32, b1 = (g + 1) * G / 32;
-    scale_group<kMin>(c0, ws + g, ng, wm + b0, nb, dx + 16 * b0, ds + 16 * b0, acc);
+    if (g > 0) scale(g - 1, c1);
+    if (g + 2 < ng) {
+      _tile_loadd(1, wq + (g + 2) * 16 * G, G);
+      _tile_loadd(2, b + (g + 2) * G * 16, 64);
+      _tile_zero(0);
+      _tile_dpbssd(0, 1, 2);
+    }
     _tile_stored(3, c1, 64);
-    scale_group<kMin>(c1, ws + g + 1, ng, wm + b1, nb, dx + 16 * b1, ds + 16 * b1, acc);
+    scale(g, c0);
   }
+  scale(ng - 1, c1);
   // acc[n] lane t -> y[t][n].
   __m512i r[16];
 #pragma GCC unroll 16
@@ -232,7 +261,7 @@ void tile_block(const std::int8_t* wq, const float* ws, const float* wm, std::si
 template <DType D>
 void amx_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w, std::size_t n0,
               std::size_t n1, float* y, std::size_t ldy) {
-  constexpr int G = kGroup<D>;
+  constexpr std::size_t G = kGroup<D>;
   const std::size_t K = w.cols, ng = K / G, nb = K / 32;
   const std::size_t rb = dtype_row_bytes(D, K);
   const auto* base = static_cast<const std::uint8_t*>(w.data);
@@ -249,11 +278,14 @@ void amx_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightView&
   for (std::size_t p0 = n0; p0 < n1; p0 += panel) {
     const std::size_t np = min_sz(panel, n1 - p0), padded = (np + 15) / 16 * 16;
     for (std::size_t i = 0; i < np; ++i)
-      unpack_row<D>(base + (p0 + i) * rb, K, wq + i * K, ws + i * ng, wm + i * nb);
-    for (std::size_t i = np; i < padded; ++i) {  // rows past the matrix: zero
-      std::memset(wq + i * K, 0, K);
-      std::memset(ws + i * ng, 0, ng * sizeof(float));
-      std::memset(wm + i * nb, 0, nb * sizeof(float));
+      unpack_row<D>(base + (p0 + i) * rb, K, i % 16, wq + i / 16 * 16 * K, ws + i * ng,
+                    wm + i * nb);
+    if (np < padded) {  // rows past the matrix: zero
+      std::int8_t* last = wq + np / 16 * 16 * K;
+      for (std::size_t g = 0; g < ng; ++g)
+        std::memset(last + 16 * G * g + G * (np % 16), 0, G * (padded - np));
+      std::memset(ws + np * ng, 0, (padded - np) * ng * sizeof(float));
+      std::memset(wm + np * nb, 0, (padded - np) * nb * sizeof(float));
     }
     for (std::size_t c0 = 0; c0 < groups; c0 += chunk)
       for (std::size_t r0 = 0; r0 < np; r0 += 16)
@@ -267,9 +299,10 @@ void amx_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightView&
 void quantized_rows_amx(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w,
                         std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
   static const QuantizedRowsFn vnni = quantized_rows_avx512vnni_fn();
-  // The llama.cpp-precision mode keeps llama.cpp's summation order (its CPU backend's, per block
-  // and lane as the VNNI kernels sum), which the tiles do not.
-  if (T >= kQuantAmxMinT && n0 < n1 && w.precision != MatmulPrecision::Rounded) {
+  // (quantized_on_tiles: not in the llama.cpp-precision mode, which keeps llama.cpp's summation
+  // order, per block and lane as the VNNI kernels sum; Q8_0 two scale groups per step, a whole
+  // transpose per 64 elements.)
+  if (quantized_on_tiles(w, T) && n0 < n1) {
     switch (w.dtype) {
       case DType::Q4_K:
         amx_rows<DType::Q4_K>(x, T, w, n0, n1, y, ldy);
@@ -278,11 +311,8 @@ void quantized_rows_amx(const quant::ActivationBlocks& x, std::size_t T, const W
         amx_rows<DType::Q6_K>(x, T, w, n0, n1, y, ldy);
         return;
       case DType::Q8_0:
-        if (w.cols % 64 == 0) {  // two scale groups per step, a whole transpose per 64
-          amx_rows<DType::Q8_0>(x, T, w, n0, n1, y, ldy);
-          return;
-        }
-        break;
+        amx_rows<DType::Q8_0>(x, T, w, n0, n1, y, ldy);
+        return;
       default:
         break;
     }
