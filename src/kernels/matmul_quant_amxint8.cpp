@@ -17,8 +17,9 @@
 // 32-bit groups). C rows are weight rows, its lanes activation rows, so the per-row scale is a
 // broadcast and the per-activation one a vector. Tiles: C 0 and 3, A 1 and 4, B 2 and 5: the
 // product of the next scale group runs on the tiles while the vector units scale this one's. The
-// loops keep a panel of unpacked weight rows and a chunk of activation rows within about a megabyte
-// each, so both stay in L2 while the other streams past.
+// loops hold a panel of unpacked weight rows (about kPanelBytes) while the activations stream past
+// in chunks of about kChunkBytes, sizes chosen to fit L2 (not tuned: a variant that also sliced K
+// to keep each tile's operands in L1 measured the same).
 //
 // Everything here has internal linkage and uses no out-of-line library templates (see
 // matmul_avx2.cpp).
