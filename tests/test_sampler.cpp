@@ -1,8 +1,11 @@
 // Sampling and stop strings against hand-worked expectations.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <random>
 
 #include "core/error.h"
 #include "engine/sampler.h"
@@ -27,6 +30,25 @@ TEST(Sampler, GreedyIsArgmax) {
   SamplingParams p;
   p.temperature = 0.0f;
   for (int t : draw(p, kLogits, 5)) EXPECT_EQ(t, 1);
+}
+
+// argmax's blocks and lanes against std::max_element: every length around the block size, ties
+// (the first index wins, inside a block and across blocks), the maximum in the tail.
+TEST(Sampler, ArgmaxIsTheFirstLargestIndex) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> small(-3, 3);  // few distinct values: many ties
+  for (int n : {1, 2, 15, 16, 17, 511, 512, 513, 1024, 1500, 151936}) {
+    for (int trial = 0; trial < 4; ++trial) {
+      std::vector<float> v(static_cast<std::size_t>(n));
+      for (float& x : v) x = trial % 2 == 0 ? static_cast<float>(small(rng)) : rng() * 1e-9f - 2.0f;
+      if (trial == 3) v.back() = 1e30f;  // the maximum in the last element
+      const int expected = static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
+      EXPECT_EQ(argmax(v.data(), n), expected) << "n=" << n << " trial " << trial;
+    }
+  }
+  const std::vector<float> all_low(1000, -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(argmax(all_low.data(), 1000), 0);
+  EXPECT_EQ(argmax(nullptr, 0), 0);
 }
 
 TEST(Sampler, SameSeedSameOutputDifferentSeedDiffers) {

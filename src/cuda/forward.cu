@@ -87,8 +87,8 @@ std::size_t align_up(std::size_t n, std::size_t a) {
 class CudaOps final : public ForwardOps {
  public:
   explicit CudaOps(const Model& model) : m_(model), c_(model.config()) {
-    if (c_.head_dim > 256 || c_.head_dim % 2 != 0)
-      throw Error("the CUDA backend supports even head sizes up to 256, not " +
+    if (c_.head_dim > 256 || c_.head_dim % 8 != 0)
+      throw Error("the CUDA backend supports head sizes that are multiples of 8 up to 256, not " +
                   std::to_string(c_.head_dim) + ": run with --device cpu");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     try {
@@ -116,12 +116,23 @@ class CudaOps final : public ForwardOps {
     cuda::rms_norm(buf(in), w, buf(out), T_, c_.hidden_size, c_.rms_norm_eps, stream_);
   }
   void project(int layer, Act in, std::span<const Product> products) override {
+    // Products of one precision (q, k and v; gate and up) go to the device as one launch.
     const auto l = static_cast<std::size_t>(layer);
+    std::array<MatmulTarget, kGemvMaxTargets> targets;
+    std::size_t count = 0;
+    kernels::MatmulPrecision precision{};
+    auto flush = [&] {
+      matmul_->run_many(buf(in), T_, std::span<const MatmulTarget>(targets.data(), count),
+                        precision);
+      count = 0;
+    };
     for (const Product& p : products) {
-      const auto i = static_cast<std::size_t>(p.proj);
-      matmul_->run(buf(in), T_, layers_[l].proj[i], projection(m_.layer(layer), p.proj).precision,
-                   buf(p.out));
+      const kernels::MatmulPrecision pp = projection(m_.layer(layer), p.proj).precision;
+      if (count > 0 && (pp != precision || count == targets.size())) flush();
+      precision = pp;
+      targets[count++] = {layers_[l].proj[static_cast<std::size_t>(p.proj)], buf(p.out)};
     }
+    flush();
   }
   void prepare_qkv(int layer) override {
     const DeviceLayer& w = layers_[static_cast<std::size_t>(layer)];
@@ -156,7 +167,8 @@ class CudaOps final : public ForwardOps {
     const float scale = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
     cuda::attention(buf(Act::Q), buf(Act::Attn), d_rows_,
                     d_index_ + static_cast<std::size_t>(layer) * T_, T_, c_.num_heads,
-                    c_.num_kv_heads, c_.head_dim, layer, kv_dtype_, scale, stream_);
+                    c_.num_kv_heads, c_.head_dim, layer, kv_dtype_, scale, max_keys_,
+                    attention_ws_.as<float>(), stream_);
   }
   void add(Act dst, Act src) override {
     cuda::add(buf(dst), buf(src), static_cast<std::size_t>(T_) * c_.hidden_size, stream_);
@@ -178,7 +190,7 @@ class CudaOps final : public ForwardOps {
     std::size_t workspace = matmul_->workspace_bytes();
     for (const DeviceBuffer* b :
          {&act_[0], &act_[1], &act_[2], &act_[3], &act_[4], &act_[5], &act_[6], &act_[7], &cos_,
-          &sin_, &logits_hidden_, &logits_, &meta_})
+          &sin_, &logits_hidden_, &logits_, &meta_, &attention_ws_})
       workspace += b->bytes();
     const Memory mem = memory();
     char line[256];
@@ -258,6 +270,8 @@ class CudaOps final : public ForwardOps {
   // The pass's activations (by Act), RoPE tables and the products' scratch.
   std::array<DeviceBuffer, std::size(kActs)> act_;  // one per Act (QGate stays empty here)
   DeviceBuffer cos_, sin_, logits_hidden_, logits_;
+  DeviceBuffer attention_ws_;  // attention's partial results over chunks of keys
+  int max_keys_ = 0;           // the most cache entries a row of the pass attends over
   // The pass's row data, copied in one transfer: tokens, positions, cache rows, entry indices
   // ([layers][T]) and the rows that want logits.
   DeviceBuffer meta_;
@@ -320,6 +334,7 @@ void CudaOps::begin(std::span<const ForwardRow> rows) {
   auto* index = reinterpret_cast<int*>(staging_.data() + off_index);
   auto* logit_rows = reinterpret_cast<int*>(staging_.data() + off_logits);
   int li = 0;
+  max_keys_ = 0;
   for (std::size_t r = 0; r < T; ++r) {
     const ForwardRow& row = rows[r];
     tokens[r] = row.token;
@@ -327,8 +342,10 @@ void CudaOps::begin(std::span<const ForwardRow> rows) {
     const auto* s = static_cast<const KvStorage*>(row.cache->device_storage());
     cache_rows[r] = {static_cast<std::byte*>(s->keys), static_cast<std::byte*>(s->values),
                      s->positions, row.cache->capacity(), row.position};
-    for (std::size_t l = 0; l < L; ++l)
+    for (std::size_t l = 0; l < L; ++l) {
       index[l * T + r] = row.cache->length(static_cast<int>(l)) + rank[r];
+      max_keys_ = std::max(max_keys_, index[l * T + r] + 1);
+    }
     if (row.want_logits) logit_rows[li++] = static_cast<int>(r);
   }
   meta_.grow(total, "the forward pass's row data");
@@ -354,6 +371,8 @@ void CudaOps::begin(std::span<const ForwardRow> rows) {
   matmul_->reserve(T_, static_cast<int>(std::max({H, QD, I})),
                    std::max(T * std::max({H, QD, I}), n * static_cast<std::size_t>(c_.vocab_size)));
   logits_hidden_.grow(n * H * sizeof(float), "the logits' hidden states");
+  attention_ws_.grow(attention_workspace_bytes(T_, c_.num_heads, c_.head_dim, max_keys_),
+                     "attention's partial results");
   logits_.grow(n * static_cast<std::size_t>(c_.vocab_size) * sizeof(float), "the logits");
 
   embed(embed_.data, embed_.dtype, d_tokens_, T_, c_.hidden_size, buf(Act::X), stream_);

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <span>
 #include <string>
 
 #include "cuda/cuda_util.cuh"
@@ -170,76 +171,6 @@ __global__ void kv_append_kernel(const float* k, const float* v, const DeviceCac
   if (threadIdx.x == 0) row.positions[entry] = row.position;
 }
 
-// One block of kAttentionWarps warps per (row, query head). Each warp walks every
-// kAttentionWarps-th key with an online softmax (running max m, sum l, weighted values acc), lane
-// i holding elements i, i + 32, ... of the head; the warps' partial results are merged at the end.
-constexpr int kAttentionWarps = 4;
-
-template <int NE, typename KT>
-__global__ void attention_kernel(const float* q, float* out, const DeviceCacheRow* rows,
-                                 const int* index, int q_heads, int kv_heads, int D, int layer,
-                                 float scale) {
-  __shared__ float s_m[kAttentionWarps], s_l[kAttentionWarps];
-  __shared__ float s_acc[kAttentionWarps][NE * kWarp];
-  const int r = blockIdx.x, h = blockIdx.y;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int kvh = h / (q_heads / kv_heads);
-  const DeviceCacheRow row = rows[r];
-  const int n = index[r] + 1;
-  const std::size_t head0 = (static_cast<std::size_t>(layer) * kv_heads + kvh) * row.capacity;
-  const KT* K = reinterpret_cast<const KT*>(row.keys) + head0 * D;
-  const KT* V = reinterpret_cast<const KT*>(row.values) + head0 * D;
-  const float* qh = q + (static_cast<std::size_t>(r) * q_heads + h) * D;
-  float qv[NE], acc[NE];
-#pragma unroll
-  for (int i = 0; i < NE; ++i) {
-    const int e = lane + i * kWarp;
-    qv[i] = e < D ? qh[e] : 0.0f;
-    acc[i] = 0.0f;
-  }
-  float m = -INFINITY, l = 0.0f;
-  for (int j = warp; j < n; j += kAttentionWarps) {
-    const KT* kr = K + static_cast<std::size_t>(j) * D;
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < NE; ++i) {
-      const int e = lane + i * kWarp;
-      if (e < D) s += qv[i] * to_f32(kr[e]);
-    }
-    s = warp_sum(s) * scale;
-    const float m_new = fmaxf(m, s);
-    const float correction = expf(m - m_new);
-    const float p = expf(s - m_new);
-    l = l * correction + p;
-    const KT* vr = V + static_cast<std::size_t>(j) * D;
-#pragma unroll
-    for (int i = 0; i < NE; ++i) {
-      const int e = lane + i * kWarp;
-      if (e < D) acc[i] = acc[i] * correction + p * to_f32(vr[e]);
-    }
-    m = m_new;
-  }
-  if (lane == 0) {
-    s_m[warp] = m;
-    s_l[warp] = l;
-  }
-#pragma unroll
-  for (int i = 0; i < NE; ++i) s_acc[warp][lane + i * kWarp] = acc[i];
-  __syncthreads();
-  float M = -INFINITY;
-  for (int w = 0; w < kAttentionWarps; ++w) M = fmaxf(M, s_m[w]);
-  float L = 0.0f;
-  for (int w = 0; w < kAttentionWarps; ++w)
-    if (s_l[w] > 0.0f) L += s_l[w] * expf(s_m[w] - M);
-  float* o = out + (static_cast<std::size_t>(r) * q_heads + h) * D;
-  for (int e = threadIdx.x; e < D; e += blockDim.x) {
-    float sum = 0.0f;
-    for (int w = 0; w < kAttentionWarps; ++w)
-      if (s_l[w] > 0.0f) sum += s_acc[w][e] * expf(s_m[w] - M);
-    o[e] = sum / L;
-  }
-}
-
 // ---- element-wise ----
 
 __global__ void add_kernel(float* y, const float* x, std::size_t n) {
@@ -312,12 +243,24 @@ __device__ __forceinline__ void load8(const __half* p, float* w) {
 
 constexpr int kGemvWarps = 8;
 
+// The weights of one GEMV launch, their rows numbered one after another: weight p holds rows
+// [start[p], start[p + 1]).
+struct GemvTargets {
+  const void* w[kGemvMaxTargets] = {};
+  float* y[kGemvMaxTargets] = {};
+  int start[kGemvMaxTargets + 1] = {};
+  int count = 0;
+};
+
 template <typename WT, int TT>
-__global__ void gemv_kernel(const float* x, const WT* w, float* y, int N, int K) {
+__global__ void gemv_kernel(const float* x, GemvTargets tg, int K) {
   const int lane = threadIdx.x % kWarp;
-  const int n = blockIdx.x * kGemvWarps + threadIdx.x / kWarp;
-  if (n >= N) return;
-  const WT* wr = w + static_cast<std::size_t>(n) * K;
+  const int n_all = blockIdx.x * kGemvWarps + threadIdx.x / kWarp;
+  if (n_all >= tg.start[tg.count]) return;
+  int p = 0;
+  while (n_all >= tg.start[p + 1]) ++p;
+  const int n = n_all - tg.start[p], N = tg.start[p + 1] - tg.start[p];
+  const WT* wr = static_cast<const WT*>(tg.w[p]) + static_cast<std::size_t>(n) * K;
   float acc[TT];
 #pragma unroll
   for (int t = 0; t < TT; ++t) acc[t] = 0.0f;
@@ -334,6 +277,7 @@ __global__ void gemv_kernel(const float* x, const WT* w, float* y, int N, int K)
       for (int i = 0; i < 8; ++i) acc[t] += wv[i] * xv[i];
     }
   }
+  float* y = tg.y[p];
 #pragma unroll
   for (int t = 0; t < TT; ++t) {
     const float s = warp_sum(acc[t]);
@@ -342,57 +286,237 @@ __global__ void gemv_kernel(const float* x, const WT* w, float* y, int N, int K)
 }
 
 template <typename WT, int TT>
-void launch_gemv(const float* x, const void* w, int N, int K, float* y, cudaStream_t stream) {
-  gemv_kernel<WT, TT>
-      <<<blocks_for(static_cast<std::size_t>(N), kGemvWarps), kGemvWarps * kWarp, 0, stream>>>(
-          x, static_cast<const WT*>(w), y, N, K);
+void launch_gemv(const float* x, const GemvTargets& tg, int K, cudaStream_t stream) {
+  gemv_kernel<WT, TT><<<blocks_for(static_cast<std::size_t>(tg.start[tg.count]), kGemvWarps),
+                        kGemvWarps * kWarp, 0, stream>>>(x, tg, K);
 }
 
 template <typename WT>
-void gemv_rows(const float* x, int T, const void* w, int N, int K, float* y, cudaStream_t stream) {
+void gemv_rows(const float* x, int T, const GemvTargets& tg, int K, cudaStream_t stream) {
   switch (T) {
     case 1:
-      return launch_gemv<WT, 1>(x, w, N, K, y, stream);
+      return launch_gemv<WT, 1>(x, tg, K, stream);
     case 2:
-      return launch_gemv<WT, 2>(x, w, N, K, y, stream);
+      return launch_gemv<WT, 2>(x, tg, K, stream);
     case 3:
-      return launch_gemv<WT, 3>(x, w, N, K, y, stream);
+      return launch_gemv<WT, 3>(x, tg, K, stream);
     case 4:
-      return launch_gemv<WT, 4>(x, w, N, K, y, stream);
+      return launch_gemv<WT, 4>(x, tg, K, stream);
     case 5:
-      return launch_gemv<WT, 5>(x, w, N, K, y, stream);
+      return launch_gemv<WT, 5>(x, tg, K, stream);
     case 6:
-      return launch_gemv<WT, 6>(x, w, N, K, y, stream);
+      return launch_gemv<WT, 6>(x, tg, K, stream);
     case 7:
-      return launch_gemv<WT, 7>(x, w, N, K, y, stream);
+      return launch_gemv<WT, 7>(x, tg, K, stream);
     default:
-      return launch_gemv<WT, 8>(x, w, N, K, y, stream);
+      return launch_gemv<WT, 8>(x, tg, K, stream);
   }
 }
 
-template <int NE>
-void launch_attention(const float* q, float* out, const DeviceCacheRow* rows, const int* index,
-                      int T, int q_heads, int kv_heads, int D, int layer, KvDtype dtype,
-                      float scale, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(q_heads));
-  const unsigned threads = kAttentionWarps * kWarp;
+// ---- attention ----
+
+// Split over the keys (flash-decoding), with the query heads of a KV group sharing each key. A
+// block takes one row, one KV head and one chunk of kAttentionChunk entries of the row's cache:
+//  1. each thread scores one key against the group's G query heads (held in shared memory);
+//  2. one warp per query head takes the chunk's max m and p_j = exp(s_j - m), summed to l;
+//  3. each thread sums p_j v_j for its elements of the head, for every query head of the group.
+// With one chunk the block writes acc / l; with more it writes its (m, l, acc) and
+// attention_combine_kernel merges the chunks in order. A row's chunks depend only on its own
+// length, so its result does not depend on the other rows of the pass.
+constexpr int kAttentionThreads = 128;
+static_assert(kAttentionChunk <= kAttentionThreads, "one thread scores each key of a chunk");
+// The combine's weights live in shared memory: 48 KiB of floats.
+constexpr int kAttentionMaxChunks = 12288;
+
+__host__ __device__ constexpr int chunks_for(int keys) {
+  return (keys + kAttentionChunk - 1) / kAttentionChunk;
+}
+
+template <int NE, int GMAX, typename KT>
+__global__ void __launch_bounds__(kAttentionThreads)
+    attention_chunk_kernel(const float* q, float* out, float* part, const DeviceCacheRow* rows,
+                           const int* index, int q_heads, int kv_heads, int D, int layer,
+                           float scale, int chunks) {
+  __shared__ float s_q[GMAX][NE * kAttentionThreads];
+  __shared__ float s_p[GMAX][kAttentionChunk];
+  __shared__ float s_l[GMAX];
+  const int r = blockIdx.x / kv_heads, kvh = blockIdx.x % kv_heads, c = blockIdx.y;
+  const int G = q_heads / kv_heads;
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+  const DeviceCacheRow row = rows[r];
+  const int n = index[r] + 1;
+  const int begin = c * kAttentionChunk;
+  if (begin >= n) return;  // past the row's cache: the combine reads only its own chunks
+  const int count = min(kAttentionChunk, n - begin);
+  const std::size_t head0 =
+      (static_cast<std::size_t>(layer) * kv_heads + kvh) * row.capacity + begin;
+  const KT* K = reinterpret_cast<const KT*>(row.keys) + head0 * D;
+  const KT* V = reinterpret_cast<const KT*>(row.values) + head0 * D;
+  const std::size_t q0 = static_cast<std::size_t>(r) * q_heads + static_cast<std::size_t>(kvh) * G;
+  for (int i = tid; i < G * D; i += kAttentionThreads)
+    s_q[i / D][i % D] = q[q0 * D + static_cast<std::size_t>(i)];
+  __syncthreads();
+
+  // 1. Scores: thread j takes key j of the chunk, 8 elements (16 bytes or more) a load.
+  if (tid < count) {
+    const KT* kr = K + static_cast<std::size_t>(tid) * D;
+    float dot[GMAX];
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) dot[g] = 0.0f;
+      // Unrolled over the whole head (at most NE * 128 elements), so that every load of the key is
+      // in flight at once.
+#pragma unroll
+    for (int u = 0; u < NE * kAttentionThreads / 8; ++u) {
+      const int e0 = u * 8;
+      if (e0 >= D) break;
+      float kv[8];
+      load8(kr + e0, kv);
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) {
+        if (g < G) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) dot[g] += s_q[g][e0 + i] * kv[i];
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g)
+      if (g < G) s_p[g][tid] = dot[g] * scale;
+  }
+  __syncthreads();
+
+  // 2. The chunk's softmax numerators, per query head.
+  for (int g = warp; g < G; g += kAttentionThreads / kWarp) {
+    float m = -INFINITY;
+    for (int j = lane; j < count; j += kWarp) m = fmaxf(m, s_p[g][j]);
+    for (int o = kWarp / 2; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float l = 0.0f;
+    for (int j = lane; j < count; j += kWarp) {
+      const float p = expf(s_p[g][j] - m);
+      s_p[g][j] = p;
+      l += p;
+    }
+    l = warp_sum(l);
+    if (lane == 0) {
+      s_l[g] = l;
+      if (chunks > 1) {
+        part[((q0 + g) * chunks + c) * 2] = m;
+        part[((q0 + g) * chunks + c) * 2 + 1] = l;
+      }
+    }
+  }
+  __syncthreads();
+
+  // 3. acc[g][e] = sum_j p[g][j] v[j][e] for this thread's elements e = tid + 128 i.
+  float acc[GMAX][NE];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g)
+#pragma unroll
+    for (int i = 0; i < NE; ++i) acc[g][i] = 0.0f;
+      // Unrolled by 16: the loads of 16 keys' values are in flight together.
+#pragma unroll 16
+  for (int j = 0; j < count; ++j) {
+    const KT* vr = V + static_cast<std::size_t>(j) * D;
+#pragma unroll
+    for (int i = 0; i < NE; ++i) {
+      const int e = tid + i * kAttentionThreads;
+      const float v = e < D ? to_f32(vr[e]) : 0.0f;
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g)
+        if (g < G) acc[g][i] += s_p[g][j] * v;
+    }
+  }
+  // The partial results go after the (m, l) pairs of every (row, query head, chunk).
+  float* part_acc = part + static_cast<std::size_t>(gridDim.x / kv_heads) * q_heads * chunks * 2;
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    if (g >= G) break;
+#pragma unroll
+    for (int i = 0; i < NE; ++i) {
+      const int e = tid + i * kAttentionThreads;
+      if (e >= D) continue;
+      if (chunks == 1)
+        out[(q0 + g) * D + e] = acc[g][i] / s_l[g];
+      else
+        part_acc[((q0 + g) * chunks + c) * D + e] = acc[g][i];
+    }
+  }
+}
+
+// One block per (row, query head): the row's chunks merged in order,
+// out = sum_c acc_c exp(m_c - M) / sum_c l_c exp(m_c - M), M the largest m_c.
+__global__ void attention_combine_kernel(const float* part, float* out, const int* index,
+                                         int q_heads, int D, int chunks) {
+  extern __shared__ float s_w[];  // [chunks]: exp(m_c - M)
+  __shared__ float s_L;
+  const int r = blockIdx.x / q_heads;
+  const std::size_t rh = blockIdx.x;
+  const int used = chunks_for(index[r] + 1);
+  const float* ml = part + rh * chunks * 2;
+  const float* acc = part + static_cast<std::size_t>(gridDim.x) * chunks * 2 + rh * chunks * D;
+  if (threadIdx.x == 0) {
+    float M = -INFINITY;
+    for (int c = 0; c < used; ++c) M = fmaxf(M, ml[2 * c]);
+    float L = 0.0f;
+    for (int c = 0; c < used; ++c) {
+      s_w[c] = expf(ml[2 * c] - M);
+      L += ml[2 * c + 1] * s_w[c];
+    }
+    s_L = L;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < D; e += blockDim.x) {
+    float sum = 0.0f;
+    for (int c = 0; c < used; ++c) sum += acc[static_cast<std::size_t>(c) * D + e] * s_w[c];
+    out[rh * D + e] = sum / s_L;
+  }
+}
+
+template <int NE, int GMAX>
+void launch_attention(const float* q, float* out, float* part, const DeviceCacheRow* rows,
+                      const int* index, int T, int q_heads, int kv_heads, int D, int layer,
+                      KvDtype dtype, float scale, int chunks, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(T) * static_cast<unsigned>(kv_heads),
+                  static_cast<unsigned>(chunks));
   switch (dtype) {
     case KvDtype::f32:
-      attention_kernel<NE, float>
-          <<<grid, threads, 0, stream>>>(q, out, rows, index, q_heads, kv_heads, D, layer, scale);
+      attention_chunk_kernel<NE, GMAX, float><<<grid, kAttentionThreads, 0, stream>>>(
+          q, out, part, rows, index, q_heads, kv_heads, D, layer, scale, chunks);
       break;
     case KvDtype::bf16:
-      attention_kernel<NE, __nv_bfloat16>
-          <<<grid, threads, 0, stream>>>(q, out, rows, index, q_heads, kv_heads, D, layer, scale);
+      attention_chunk_kernel<NE, GMAX, __nv_bfloat16><<<grid, kAttentionThreads, 0, stream>>>(
+          q, out, part, rows, index, q_heads, kv_heads, D, layer, scale, chunks);
       break;
     case KvDtype::f16:
-      attention_kernel<NE, __half>
-          <<<grid, threads, 0, stream>>>(q, out, rows, index, q_heads, kv_heads, D, layer, scale);
+      attention_chunk_kernel<NE, GMAX, __half><<<grid, kAttentionThreads, 0, stream>>>(
+          q, out, part, rows, index, q_heads, kv_heads, D, layer, scale, chunks);
       break;
     default:
       throw Error("attention: the CUDA backend has no kernel for a " +
                   std::string(kv_dtype_name(dtype)) + " KV cache");
   }
+}
+
+template <int NE>
+void launch_attention_group(const float* q, float* out, float* part, const DeviceCacheRow* rows,
+                            const int* index, int T, int q_heads, int kv_heads, int D, int layer,
+                            KvDtype dtype, float scale, int chunks, cudaStream_t stream) {
+  const int G = q_heads / kv_heads;
+  if (G <= 1)
+    launch_attention<NE, 1>(q, out, part, rows, index, T, q_heads, kv_heads, D, layer, dtype, scale,
+                            chunks, stream);
+  else if (G <= 2)
+    launch_attention<NE, 2>(q, out, part, rows, index, T, q_heads, kv_heads, D, layer, dtype, scale,
+                            chunks, stream);
+  else if (G <= 4)
+    launch_attention<NE, 4>(q, out, part, rows, index, T, q_heads, kv_heads, D, layer, dtype, scale,
+                            chunks, stream);
+  else if (G <= 8)
+    launch_attention<NE, 8>(q, out, part, rows, index, T, q_heads, kv_heads, D, layer, dtype, scale,
+                            chunks, stream);
+  else
+    launch_attention<NE, 16>(q, out, part, rows, index, T, q_heads, kv_heads, D, layer, dtype,
+                             scale, chunks, stream);
 }
 
 }  // namespace
@@ -460,25 +584,41 @@ void kv_append(const float* k, const float* v, const DeviceCacheRow* rows, const
   check_launch("kv_append");
 }
 
+std::size_t attention_workspace_bytes(int T, int q_heads, int head_dim, int max_keys) {
+  const int chunks = chunks_for(max_keys);
+  if (chunks <= 1) return 0;
+  return static_cast<std::size_t>(T) * q_heads * chunks * (head_dim + 2) * sizeof(float);
+}
+
 void attention(const float* q, float* out, const DeviceCacheRow* rows, const int* index, int T,
                int q_heads, int kv_heads, int head_dim, int layer, KvDtype dtype, float scale,
-               cudaStream_t stream) {
-  if (head_dim <= 32)
-    launch_attention<1>(q, out, rows, index, T, q_heads, kv_heads, head_dim, layer, dtype, scale,
-                        stream);
-  else if (head_dim <= 64)
-    launch_attention<2>(q, out, rows, index, T, q_heads, kv_heads, head_dim, layer, dtype, scale,
-                        stream);
-  else if (head_dim <= 128)
-    launch_attention<4>(q, out, rows, index, T, q_heads, kv_heads, head_dim, layer, dtype, scale,
-                        stream);
-  else if (head_dim <= 256)
-    launch_attention<8>(q, out, rows, index, T, q_heads, kv_heads, head_dim, layer, dtype, scale,
-                        stream);
+               int max_keys, float* workspace, cudaStream_t stream) {
+  if (head_dim > 2 * kAttentionThreads || head_dim % 8 != 0)
+    throw Error("attention: the CUDA backend supports head sizes that are multiples of 8 up to " +
+                std::to_string(2 * kAttentionThreads) + ", not " + std::to_string(head_dim));
+  if (kv_heads <= 0 || q_heads % kv_heads != 0 || q_heads / kv_heads > 16)
+    throw Error("attention: the CUDA backend supports up to 16 query heads per KV head, not " +
+                std::to_string(q_heads) + " over " + std::to_string(kv_heads));
+  if (T == 0 || max_keys <= 0) return;
+  const int chunks = chunks_for(max_keys);
+  if (chunks > kAttentionMaxChunks)
+    throw Error("attention: the CUDA backend attends over at most " +
+                std::to_string(kAttentionMaxChunks * kAttentionChunk) + " cache entries, not " +
+                std::to_string(max_keys));
+  if (chunks > 1 && workspace == nullptr)
+    throw Error("attention: " + std::to_string(max_keys) + " keys need a workspace");
+  if (head_dim <= kAttentionThreads)
+    launch_attention_group<1>(q, out, workspace, rows, index, T, q_heads, kv_heads, head_dim, layer,
+                              dtype, scale, chunks, stream);
   else
-    throw Error("attention: the CUDA backend supports head sizes up to 256, not " +
-                std::to_string(head_dim));
+    launch_attention_group<2>(q, out, workspace, rows, index, T, q_heads, kv_heads, head_dim, layer,
+                              dtype, scale, chunks, stream);
   check_launch("attention");
+  if (chunks == 1) return;
+  attention_combine_kernel<<<static_cast<unsigned>(T) * static_cast<unsigned>(q_heads),
+                             kAttentionThreads, static_cast<std::size_t>(chunks) * sizeof(float),
+                             stream>>>(workspace, out, index, q_heads, head_dim, chunks);
+  check_launch("attention_combine");
 }
 
 void add(float* y, const float* x, std::size_t n, cudaStream_t stream) {
@@ -525,25 +665,42 @@ void round_activations(const float* x, std::size_t n, DType dtype, float* out,
   check_launch("round_activations");
 }
 
-void gemv(const float* x, int T, const void* w, DType dtype, int N, int K, float* y,
+void gemv(const float* x, int T, std::span<const GemvTarget> targets, DType dtype, int K,
           cudaStream_t stream) {
   if (T < 1 || T > kGemvMaxRows || K % 8 != 0)
     throw Error("gemv: needs 1 to 8 rows and K a multiple of 8");
+  if (targets.empty() || targets.size() > static_cast<std::size_t>(kGemvMaxTargets))
+    throw Error("gemv: 1 to " + std::to_string(kGemvMaxTargets) + " weights a launch");
+  GemvTargets tg;
+  tg.count = static_cast<int>(targets.size());
+  for (int p = 0; p < tg.count; ++p) {
+    const GemvTarget& t = targets[static_cast<std::size_t>(p)];
+    tg.w[p] = t.w;
+    tg.y[p] = t.y;
+    tg.start[p + 1] = tg.start[p] + t.N;
+  }
+  if (tg.start[tg.count] == 0) return;
   switch (dtype) {
     case DType::F32:
-      gemv_rows<float>(x, T, w, N, K, y, stream);
+      gemv_rows<float>(x, T, tg, K, stream);
       break;
     case DType::BF16:
-      gemv_rows<__nv_bfloat16>(x, T, w, N, K, y, stream);
+      gemv_rows<__nv_bfloat16>(x, T, tg, K, stream);
       break;
     case DType::F16:
-      gemv_rows<__half>(x, T, w, N, K, y, stream);
+      gemv_rows<__half>(x, T, tg, K, stream);
       break;
     default:
       throw Error("gemv: the CUDA backend has no kernel for " + std::string(dtype_name(dtype)) +
                   " weights");
   }
   check_launch("gemv");
+}
+
+void gemv(const float* x, int T, const void* w, DType dtype, int N, int K, float* y,
+          cudaStream_t stream) {
+  const GemvTarget target{w, N, y};
+  gemv(x, T, std::span<const GemvTarget>(&target, 1), dtype, K, stream);
 }
 
 }  // namespace rkv::cuda

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/dtype.h"
 #include "rkv/kv_dtype.h"
@@ -55,10 +56,16 @@ void prepare_qkv(const QkvParams& p, cudaStream_t stream);
 void kv_append(const float* k, const float* v, const DeviceCacheRow* rows, const int* index, int T,
                int kv_heads, int head_dim, int layer, KvDtype dtype, cudaStream_t stream);
 // out[r][h] = softmax(q[r][h] . K^T * scale) V over the first index[r] + 1 entries of row r's
-// cache at `layer`, KV head h / (q_heads / kv_heads). head_dim at most 256.
+// cache at `layer`, KV head h / (q_heads / kv_heads): head_dim a multiple of 8 up to 256, at most
+// 16 query heads per KV head. The keys are split into chunks of kAttentionChunk entries, each
+// attended by its own block and merged after; max_keys bounds index[r] + 1 over the rows, and a
+// pass with more than one chunk needs attention_workspace_bytes() of `workspace`. A row's result
+// depends on its own cache alone, not on the other rows of the pass.
+inline constexpr int kAttentionChunk = 128;
+std::size_t attention_workspace_bytes(int T, int q_heads, int head_dim, int max_keys);
 void attention(const float* q, float* out, const DeviceCacheRow* rows, const int* index, int T,
                int q_heads, int kv_heads, int head_dim, int layer, KvDtype dtype, float scale,
-               cudaStream_t stream);
+               int max_keys, float* workspace, cudaStream_t stream);
 // y[i] += x[i].
 void add(float* y, const float* x, std::size_t n, cudaStream_t stream);
 // gate[i] = gate[i] / (1 + exp(-gate[i])) * up[i].
@@ -78,6 +85,16 @@ void round_activations(const float* x, std::size_t n, DType dtype, float* out, c
 // streaming the weights once for all T rows. K must be a multiple of 8.
 inline constexpr int kGemvMaxRows = 8;
 void gemv(const float* x, int T, const void* w, DType dtype, int N, int K, float* y,
+          cudaStream_t stream);
+// The same for up to kGemvMaxTargets weights of one dtype and K in one launch (q, k and v; gate and
+// up): y_p[t][n] = sum_k x[t][k] w_p[n][k], each row's arithmetic as in a launch of its own.
+struct GemvTarget {
+  const void* w = nullptr;
+  int N = 0;
+  float* y = nullptr;
+};
+inline constexpr int kGemvMaxTargets = 4;
+void gemv(const float* x, int T, std::span<const GemvTarget> targets, DType dtype, int K,
           cudaStream_t stream);
 
 }  // namespace rkv::cuda

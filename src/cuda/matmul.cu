@@ -86,4 +86,28 @@ void DeviceMatmul::run(const float* x, int T, const DeviceWeight& w,
   sum_halves(two_.as<float>(), outputs, y, stream_);
 }
 
+void DeviceMatmul::run_many(const float* x, int T, std::span<const MatmulTarget> targets,
+                            kernels::MatmulPrecision precision) {
+  if (targets.empty() || T == 0) return;
+  const DeviceWeight& first = targets.front().w;
+  bool fused = T <= kGemvMaxRows && first.cols % 8 == 0 &&
+               targets.size() <= static_cast<std::size_t>(kGemvMaxTargets);
+  for (const MatmulTarget& t : targets)
+    fused = fused && t.w.dtype == first.dtype && t.w.cols == first.cols;
+  if (!fused) {
+    for (const MatmulTarget& t : targets) run(x, T, t.w, precision, t.y);
+    return;
+  }
+  if (precision == kernels::MatmulPrecision::Rounded && first.dtype != DType::F32) {
+    const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(first.cols);
+    rounded_.grow(n * sizeof(float), "the rounded activations");
+    round_activations(x, n, first.dtype, rounded_.as<float>(), stream_);
+    x = rounded_.as<float>();
+  }
+  GemvTarget g[kGemvMaxTargets];
+  for (std::size_t p = 0; p < targets.size(); ++p)
+    g[p] = {targets[p].w.data, targets[p].w.rows, targets[p].y};
+  gemv(x, T, std::span<const GemvTarget>(g, targets.size()), first.dtype, first.cols, stream_);
+}
+
 }  // namespace rkv::cuda

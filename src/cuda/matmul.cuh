@@ -13,6 +13,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <span>
+
 #include "core/dtype.h"
 #include "cuda/cuda_util.cuh"
 #include "kernels/kernels.h"
@@ -24,6 +26,11 @@ struct DeviceWeight {
   DType dtype = DType::F32;
   int rows = 0;  // N
   int cols = 0;  // K
+};
+
+struct MatmulTarget {
+  DeviceWeight w;
+  float* y = nullptr;
 };
 
 class DeviceMatmul {
@@ -40,6 +47,10 @@ class DeviceMatmul {
   // y = x w^T, on the stream. Throws rkv::Error for an unsupported dtype or a cuBLAS failure.
   void run(const float* x, int T, const DeviceWeight& w, kernels::MatmulPrecision precision,
            float* y);
+  // y_p = x w_p^T for each target. Up to kGemvMaxRows rows, with weights of one dtype and K: one
+  // GEMV launch for all of them (the same arithmetic per row as run()); else run() for each.
+  void run_many(const float* x, int T, std::span<const MatmulTarget> targets,
+                kernels::MatmulPrecision precision);
   // Bytes of its scratch buffers.
   std::size_t workspace_bytes() const { return parts_.bytes() + rounded_.bytes() + two_.bytes(); }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "core/error.h"
@@ -34,7 +35,36 @@ void SamplingParams::validate() const {
 }
 
 int argmax(const float* v, int n) {
-  return static_cast<int>(std::max_element(v, v + n) - v);
+  // Greedy decoding runs this over every row's vocabulary each step (64 rows of 128K logits in a
+  // batch): each block's maximum is taken in independent lanes, which the compiler vectorises,
+  // where std::max_element's one running comparison does not; then the first index holding the
+  // maximum is found inside the first block that reached it.
+  constexpr int kLanes = 16, kBlock = 512;
+  float best = -std::numeric_limits<float>::infinity();
+  int best_block = -1;
+  int b = 0;
+  for (; b + kBlock <= n; b += kBlock) {
+    float lane[kLanes];
+    for (int k = 0; k < kLanes; ++k) lane[k] = -std::numeric_limits<float>::infinity();
+    for (int i = b; i < b + kBlock; i += kLanes)
+      for (int k = 0; k < kLanes; ++k) lane[k] = v[i + k] > lane[k] ? v[i + k] : lane[k];
+    float m = lane[0];
+    for (int k = 1; k < kLanes; ++k) m = lane[k] > m ? lane[k] : m;
+    if (best_block < 0 || m > best) {
+      best = m;
+      best_block = b;
+    }
+  }
+  int at = -1;
+  if (best_block >= 0)
+    for (int i = best_block; i < best_block + kBlock; ++i)
+      if (v[i] == best) {
+        at = i;
+        break;
+      }
+  for (int i = b; i < n; ++i)  // the tail past the last whole block
+    if (at < 0 || v[i] > v[at]) at = i;
+  return std::max(at, 0);
 }
 
 Sampler::Sampler(const SamplingParams& params, std::span<const int> context)

@@ -34,6 +34,8 @@ class Sampler {
   std::unordered_set<int> seen_;            // prompt and generated tokens (repetition)
 };
 
+// The first index of the largest of v[0..n) (NaNs are passed over; 0 when none is larger than
+// -infinity or n is 0).
 int argmax(const float* v, int n);
 
 }  // namespace rkv

@@ -11,11 +11,14 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "batch_test_util.h"
@@ -51,6 +54,10 @@ struct Dev {
   T* p = nullptr;
   std::size_t n = 0;
   explicit Dev(std::size_t count) : n(count) { cudaMalloc(&p, count * sizeof(T)); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  Dev(Dev&& o) noexcept : p(std::exchange(o.p, nullptr)), n(o.n) {}
+  Dev& operator=(Dev&&) = delete;
   explicit Dev(const std::vector<T>& v) : Dev(v.size()) {
     cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
   }
@@ -80,61 +87,100 @@ double rel_error(const std::vector<double>& ref, const float* got, std::size_t n
   return std::sqrt(num / den);
 }
 
+float scale_of(int D) {
+  return 1.0f / std::sqrt(static_cast<float>(D));
+}
+
 TEST(GpuDevice, AutoPicksCudaWhereOneIsVisible) {
   RKV_REQUIRE_GPU();
   EXPECT_EQ(resolve_device(std::nullopt), Device::Cuda);
   EXPECT_NE(cuda_summary().find("compute capability"), std::string::npos) << cuda_summary();
 }
 
-// Attention of T rows (one cache each, capacity cap) against float64, per KV dtype and head size.
+// Runs cuda::attention over host data: T rows sharing one cache of `cap` entries per (layer, KV
+// head), row r seeing index[r] + 1 of them; returns out.
+std::vector<float> run_attention(const std::vector<std::byte>& keys,
+                                 const std::vector<std::byte>& values, int entries,
+                                 const std::vector<float>& q, const std::vector<int>& index,
+                                 int cap, int Hq, int Hkv, int D, int layer, KvDtype dtype) {
+  const int T = static_cast<int>(index.size());
+  Dev<std::byte> dk(keys), dv(values);
+  Dev<std::int32_t> dpos(static_cast<std::size_t>(entries));
+  Dev<float> dq(q);
+  Dev<float> dout(std::vector<float>(q.size(), NAN));
+  std::vector<cuda::DeviceCacheRow> rows(static_cast<std::size_t>(T));
+  for (int r = 0; r < T; ++r) rows[static_cast<std::size_t>(r)] = {dk.p, dv.p, dpos.p, cap, r};
+  Dev<cuda::DeviceCacheRow> drows(rows);
+  Dev<int> dindex(index);
+  const int max_keys = *std::max_element(index.begin(), index.end()) + 1;
+  const std::size_t ws_bytes = cuda::attention_workspace_bytes(T, Hq, D, max_keys);
+  Dev<float> ws(std::max<std::size_t>(1, ws_bytes / sizeof(float)));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  cuda::attention(dq.p, dout.p, drows.p, dindex.p, T, Hq, Hkv, D, layer, dtype, scale, max_keys,
+                  ws.p, nullptr);
+  ok(cudaDeviceSynchronize());
+  return dout.get();
+}
+
+// Attention of T rows (one cache each, capacity cap) against float64, per KV dtype, head size and
+// group size; the rows see different lengths (one chunk of keys and many in one pass), and a row's
+// output is the same, bit for bit, as when it runs alone.
 TEST(GpuKernels, AttentionMatchesFloat64) {
   RKV_REQUIRE_GPU();
-  const int Hq = 4, Hkv = 2, G = Hq / Hkv, layers = 2, layer = 1;
-  for (KvDtype dtype : {KvDtype::f32, KvDtype::bf16, KvDtype::f16}) {
-    for (int D : {16, 48, 64, 96, 128, 256}) {
-      for (int n : {1, 7, 300, 4100}) {
-        const int cap = n + 3, T = 2;
-        const std::size_t rb = kv_row_bytes(dtype, D);
-        const std::size_t entries = static_cast<std::size_t>(layers) * Hkv * cap;
-        // Random keys and values, stored in the dtype; the reference reads the stored values.
-        std::vector<std::byte> keys(entries * rb), values(entries * rb);
-        const auto kf = randn(entries * D, 1 + D + n), vf = randn(entries * D, 2 + D + n);
-        for (std::size_t e = 0; e < entries; ++e) {
-          kv_encode_row(dtype, kf.data() + e * D, D, keys.data() + e * rb);
-          kv_encode_row(dtype, vf.data() + e * D, D, values.data() + e * rb);
-        }
-        std::vector<float> kd(entries * D), vd(entries * D);
-        kv_decode_rows_reference(dtype, keys.data(), entries, D, kd.data());
-        kv_decode_rows_reference(dtype, values.data(), entries, D, vd.data());
-        Dev<std::byte> dk(keys), dv(values);
-        Dev<std::int32_t> dpos(entries);
-        const auto q = randn(static_cast<std::size_t>(T) * Hq * D, 3 + D + n);
-        Dev<float> dq(q);
-        Dev<float> dout(std::vector<float>(q.size(), NAN));
-        // Row 0 sees n entries, row 1 sees n - 1 (or 1).
-        const std::vector<int> index = {n - 1, std::max(0, n - 2)};
-        std::vector<cuda::DeviceCacheRow> rows(T);
-        for (int r = 0; r < T; ++r) rows[r] = {dk.p, dv.p, dpos.p, cap, r};
-        Dev<cuda::DeviceCacheRow> drows(rows);
-        Dev<int> dindex(index);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-        cuda::attention(dq.p, dout.p, drows.p, dindex.p, T, Hq, Hkv, D, layer, dtype, scale,
-                        nullptr);
-        ok(cudaDeviceSynchronize());
-        const auto out = dout.get();
-        for (int r = 0; r < T; ++r) {
-          const int visible = index[r] + 1;
-          for (int h = 0; h < Hq; ++h) {
-            const std::size_t head0 = (static_cast<std::size_t>(layer) * Hkv + h / G) * cap;
-            const float* qh = q.data() + (static_cast<std::size_t>(r) * Hq + h) * D;
-            const auto p = test::softmax_f64(qh, kd.data() + head0 * D, visible, D, scale);
-            std::vector<double> ref(D, 0.0);
-            for (int j = 0; j < visible; ++j)
-              for (int e = 0; e < D; ++e) ref[e] += p[j] * vd[(head0 + j) * D + e];
-            const double err =
-                rel_error(ref, out.data() + (static_cast<std::size_t>(r) * Hq + h) * D, D);
-            EXPECT_LT(err, 1e-5) << kv_dtype_name(dtype) << " D=" << D << " n=" << visible
-                                 << " row " << r << " head " << h;
+  const int layers = 2, layer = 1;
+  struct Heads {
+    int q, kv;
+  };
+  for (const Heads heads : {Heads{4, 2}, Heads{8, 1}, Heads{3, 3}, Heads{32, 2}}) {
+    const int Hq = heads.q, Hkv = heads.kv, G = Hq / Hkv;
+    for (KvDtype dtype : {KvDtype::f32, KvDtype::bf16, KvDtype::f16}) {
+      for (int D : {16, 48, 64, 96, 128, 256}) {
+        for (int n : {1, 7, 128, 129, 300, 4100}) {
+          const int cap = n + 3;
+          const std::size_t rb = kv_row_bytes(dtype, D);
+          const std::size_t entries = static_cast<std::size_t>(layers) * Hkv * cap;
+          // Random keys and values, stored in the dtype; the reference reads the stored values.
+          std::vector<std::byte> keys(entries * rb), values(entries * rb);
+          const auto kf = randn(entries * D, 1 + D + n), vf = randn(entries * D, 2 + D + n);
+          for (std::size_t e = 0; e < entries; ++e) {
+            kv_encode_row(dtype, kf.data() + e * D, D, keys.data() + e * rb);
+            kv_encode_row(dtype, vf.data() + e * D, D, values.data() + e * rb);
+          }
+          std::vector<float> kd(entries * D), vd(entries * D);
+          kv_decode_rows_reference(dtype, keys.data(), entries, D, kd.data());
+          kv_decode_rows_reference(dtype, values.data(), entries, D, vd.data());
+          // Row 0 sees n entries, row 1 n - 1 (or 1), row 2 one.
+          const std::vector<int> index = {n - 1, std::max(0, n - 2), 0};
+          const int T = static_cast<int>(index.size());
+          const auto q = randn(static_cast<std::size_t>(T) * Hq * D, 3 + D + n);
+          const auto out = run_attention(keys, values, static_cast<int>(entries), q, index, cap, Hq,
+                                         Hkv, D, layer, dtype);
+          for (int r = 0; r < T; ++r) {
+            const int visible = index[static_cast<std::size_t>(r)] + 1;
+            for (int h = 0; h < Hq; ++h) {
+              const std::size_t head0 = (static_cast<std::size_t>(layer) * Hkv + h / G) * cap;
+              const float* qh = q.data() + (static_cast<std::size_t>(r) * Hq + h) * D;
+              const auto p = test::softmax_f64(qh, kd.data() + head0 * D, visible, D, scale_of(D));
+              std::vector<double> ref(D, 0.0);
+              for (int j = 0; j < visible; ++j)
+                for (int e = 0; e < D; ++e) ref[e] += p[j] * vd[(head0 + j) * D + e];
+              const double err =
+                  rel_error(ref, out.data() + (static_cast<std::size_t>(r) * Hq + h) * D, D);
+              EXPECT_LT(err, 1e-5) << kv_dtype_name(dtype) << " D=" << D << " n=" << visible
+                                   << " row " << r << " head " << h << " G=" << G;
+            }
+          }
+          // Each row alone: the same bits as in the pass.
+          for (int r = 0; r < T; ++r) {
+            const std::size_t width = static_cast<std::size_t>(Hq) * D;
+            const std::vector<float> q1(q.begin() + static_cast<std::ptrdiff_t>(r * width),
+                                        q.begin() + static_cast<std::ptrdiff_t>((r + 1) * width));
+            const auto alone =
+                run_attention(keys, values, static_cast<int>(entries), q1,
+                              {index[static_cast<std::size_t>(r)]}, cap, Hq, Hkv, D, layer, dtype);
+            EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + r * width, width * sizeof(float)))
+                << kv_dtype_name(dtype) << " D=" << D << " n=" << n << " row " << r
+                << " alone differs from the pass";
           }
         }
       }
@@ -181,6 +227,41 @@ TEST(GpuKernels, GemvMatchesFloat64) {
           ref[static_cast<std::size_t>(t) * N + n] = s;
         }
       EXPECT_LT(rel_error(ref, y.data(), y.size()), 1e-6) << dtype_name(dtype) << " T=" << T;
+    }
+  }
+}
+
+// Several weights in one GEMV launch (q, k, v): each output the same bits as its own launch.
+TEST(GpuKernels, GemvOfSeveralWeightsEqualsEachAlone) {
+  RKV_REQUIRE_GPU();
+  const int K = 512;
+  const std::vector<int> Ns = {300, 77, 77, 1};
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    std::vector<Dev<std::byte>> ws;
+    std::vector<float> held;
+    for (std::size_t p = 0; p < Ns.size(); ++p)
+      ws.emplace_back(store_weights(
+          randn(static_cast<std::size_t>(Ns[p]) * K, 40 + static_cast<unsigned>(p)), dtype, held));
+    for (int T : {1, 3, 8}) {
+      const auto x = randn(static_cast<std::size_t>(T) * K, 50 + T);
+      Dev<float> dx(x);
+      std::vector<Dev<float>> fused_out, alone_out;
+      std::vector<cuda::GemvTarget> targets;
+      for (std::size_t p = 0; p < Ns.size(); ++p) {
+        const std::vector<float> poison(static_cast<std::size_t>(T) * Ns[p], NAN);
+        fused_out.emplace_back(poison);
+        alone_out.emplace_back(poison);
+        targets.push_back({ws[p].p, Ns[p], fused_out[p].p});
+        cuda::gemv(dx.p, T, ws[p].p, dtype, Ns[p], K, alone_out[p].p, nullptr);
+      }
+      cuda::gemv(dx.p, T, targets, dtype, K, nullptr);
+      ok(cudaDeviceSynchronize());
+      for (std::size_t p = 0; p < Ns.size(); ++p) {
+        const auto a = fused_out[p].get(), b = alone_out[p].get();
+        for (float v : a) ASSERT_TRUE(std::isfinite(v)) << "an output was not written";
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+            << dtype_name(dtype) << " T=" << T << " weight " << p;
+      }
     }
   }
 }
