@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/quant.h"
 #include "model/model.h"
+#include "model/random_checkpoint.h"
 #include "test_util.h"
 
 namespace rkv {
@@ -673,6 +674,51 @@ TEST(ArchSafetensors, Mxfp4TensorErrorsAreNamed) {
   EXPECT_NE(e.find("model.safetensors: tensor " + sinks + " has shape [7], expected [8]"),
             std::string::npos)
       << e;
+}
+
+// rkv make-model writes the three families' tiny shapes as Hugging Face checkpoints too. The same
+// seed in both formats is the same model: gguf_to_hf.py --to-gguf-check re-applies llama.cpp's
+// converter to the checkpoint and finds the GGUF file's tensors (an oracle independent of rkv's
+// writer and loader), and rkv gives the two the same logits. They are equal bit for bit, except
+// for Qwen3.5, whose norms are stored as w - 1 and decay rates as A_log = log(-a). That is a
+// float32 rounding each way. Covers f32 and bf16 matrices, and gpt-oss's MXFP4 experts.
+TEST(ArchSafetensors, MakeModelWritesTheSameModelAsItsGgufFile) {
+  REQUIRE_PYTHON_NUMPY(py);
+  test::TempDir tmp("arch-make-model-st");
+  struct Made {
+    const char* shape;
+    DType dtype;
+  };
+  for (const Made& k : {Made{"tiny-qwen3moe", DType::F32}, Made{"tiny-qwen3moe", DType::BF16},
+                        Made{"tiny-gpt-oss", DType::F32}, Made{"tiny-gpt-oss", DType::MXFP4},
+                        Made{"tiny-qwen35", DType::F32}, Made{"tiny-qwen35", DType::BF16}}) {
+    const std::string name = std::string(k.shape) + "-" + std::string(dtype_name(k.dtype));
+    SCOPED_TRACE(name);
+    RandomCheckpointOptions options;
+    options.shape = k.shape;
+    options.dtype = k.dtype;
+    options.seed = 5;
+    const fs::path gguf = tmp.path() / (name + ".gguf"), dir = tmp.path() / name;
+    write_random_gguf(gguf, options);
+    write_random_checkpoint(dir, options);
+    ASSERT_NO_FATAL_FAILURE(run_logged("'" + py + "' '" + (tools_dir() / "gguf_to_hf.py").string() +
+                                           "' --to-gguf-check '" + gguf.string() + "' '" +
+                                           dir.string() + "'",
+                                       tmp.path() / (name + ".check.log")));
+    const auto a = Model::load(gguf);
+    const auto b = Model::load(dir);
+    EXPECT_EQ(b->config().arch, a->config().arch);
+    const std::vector<int> prompt = {3, 17, 250, 41, 9, 120};
+    const Trace ta = run_greedy(*a, prompt, 4);
+    const Trace tb = run_greedy(*b, prompt, 4, ta.greedy);
+    const bool qwen35 = std::string(k.shape) == "tiny-qwen35";
+    if (qwen35) {
+      EXPECT_LT(max_logit_diff(ta, tb), 1e-4);
+    } else {
+      EXPECT_EQ(max_logit_diff(ta, tb), 0.0);
+    }
+    EXPECT_EQ(ta.greedy, tb.greedy);
+  }
 }
 
 }  // namespace

@@ -571,6 +571,9 @@ json ModelConfig::to_json() const {
     json p = scaling.is_object() ? scaling : json{{"rope_type", "default"}};
     p["rope_theta"] = rope_theta;
     p["partial_rotary_factor"] = static_cast<double>(rotary_dim()) / head_dim;
+    const std::array<int, 3> sections = mrope_sections();
+    p["mrope_section"] = json::array({sections[0], sections[1], sections[2]});
+    p["mrope_interleaved"] = true;
     j["rope_parameters"] = p;
   } else {
     j["rope_theta"] = rope_theta;

@@ -2,6 +2,7 @@
 // GGUF file's metadata (model_load_gguf.cpp).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -112,6 +113,13 @@ struct ModelConfig {
   int delta_net_layer(int layer) const;  // index among DeltaNet layers, or -1
   int delta_net_layers() const;
   int rotary_dim() const { return rope_dim > 0 ? rope_dim : head_dim; }
+  // Qwen3.5's multimodal RoPE sections over the rotary pairs, in its published proportions (11, 11
+  // and 10 of 32 pairs). A text token has the same position in each, so they are plain RoPE; the
+  // checkpoints rkv writes carry them as Qwen3.5's do.
+  std::array<int, 3> mrope_sections() const {
+    const int pairs = rotary_dim() / 2, a = (pairs * 11 + 16) / 32;
+    return {a, a, pairs - 2 * a};
+  }
 
   // Parses and validates; every problem is an rkv::Error naming `source` and the field.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);

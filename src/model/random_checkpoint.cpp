@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -546,6 +547,301 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& c, std::uint64_t seed) {
   return specs;
 }
 
+// Stores n floats as `dtype` (F32, BF16 or F16).
+void store_floats(const float* v, std::size_t n, DType dtype, std::uint8_t* bytes) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (dtype == DType::F32) {
+      std::memcpy(bytes + 4 * i, &v[i], 4);
+    } else {
+      const std::uint16_t h = dtype == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+      std::memcpy(bytes + 2 * i, &h, 2);
+    }
+  }
+}
+
+// One MXFP4 row (cols a multiple of 32) in Hugging Face's layout: per block of 32, 16 bytes of
+// codes (value 2i in the low nibble of byte i, 2i + 1 in the high one) and one exponent byte.
+// The codes and exponents are ggml's (quantize_row); only the nibbles' positions differ.
+void hf_mxfp4_row(const float* row, std::size_t cols, std::uint8_t* blocks, std::uint8_t* scales) {
+  const std::size_t nb = cols / 32;
+  std::vector<std::uint8_t> q(nb * 17);
+  quant::quantize_row(DType::MXFP4, row, cols, q.data());
+  for (std::size_t b = 0; b < nb; ++b) {
+    const std::uint8_t* g = q.data() + b * 17;
+    scales[b] = g[0];
+    auto code = [&](std::size_t j) { return j < 16 ? g[1 + j] & 15 : g[1 + j - 16] >> 4; };
+    for (std::size_t i = 0; i < 16; ++i)
+      blocks[b * 16 + i] = static_cast<std::uint8_t>(code(2 * i) | code(2 * i + 1) << 4);
+  }
+}
+
+// The Hugging Face checkpoint of a mixture-of-experts or hybrid shape: the values of
+// arch_weight_specs (llama.cpp's names and layout, so a seed gives the same model in both formats)
+// held as the model's own text-only class holds them. The inverse of llama.cpp's converter, as
+// tests/tools/gguf_to_hf.py describes it: Qwen3.5's norms stored as w - 1 and A_log = log(-a),
+// its v heads grouped by k head again; gpt-oss's experts input-major with gate and up interleaved
+// (or, with MXFP4, output-major *_blocks / *_scales); Qwen's routed experts as the fused
+// gate_up_proj [E, 2F, H] that transformers v5 keeps (rkv also reads per-expert tensors).
+std::vector<TensorToWrite> arch_hf_tensors(const ModelConfig& c, std::uint64_t seed, DType dtype) {
+  const bool qwen35 = c.arch == Architecture::Qwen35 || c.arch == Architecture::Qwen35Moe;
+  const bool oai = c.arch == Architecture::GptOss;
+  const bool mxfp4_experts = dtype == DType::MXFP4;  // then every other matrix is bf16
+  if (mxfp4_experts) dtype = DType::BF16;
+  std::map<std::string, WeightSpec> spec;
+  for (WeightSpec& w : arch_weight_specs(c, seed)) spec.emplace(w.name, std::move(w));
+  // A whole tensor's values, in llama.cpp's layout.
+  auto values = [](const WeightSpec& w) {
+    std::size_t n = 1;
+    for (auto d : w.shape) n *= static_cast<std::size_t>(d);
+    std::vector<float> v(n);
+    Rng rng(w.seed);
+    w.generate(rng, v.data(), n);
+    return v;
+  };
+  std::vector<TensorToWrite> out;
+  // A tensor copied in its layout, through `transform` (on all its values) when given.
+  auto copy = [&](const std::string& hf, const std::string& gguf, DType t,
+                  std::function<void(std::vector<float>&)> transform = {},
+                  std::vector<std::int64_t> shape = {}) {
+    const WeightSpec w = spec.at(gguf);
+    out.push_back({hf, t, shape.empty() ? w.shape : shape,
+                   [w, t, transform, values](std::uint8_t* bytes, std::size_t) {
+                     std::vector<float> v = values(w);
+                     if (transform) transform(v);
+                     store_floats(v.data(), v.size(), t, bytes);
+                   }});
+  };
+  auto minus_one = [](std::vector<float>& v) {
+    for (float& x : v) x -= 1.0f;
+  };
+  const auto norm_fix = qwen35 ? std::function<void(std::vector<float>&)>(minus_one)
+                               : std::function<void(std::vector<float>&)>();
+  copy("model.embed_tokens.weight", "token_embd.weight", dtype);
+  if (!c.tie_word_embeddings) copy("lm_head.weight", "output.weight", dtype);
+  copy("model.norm.weight", "output_norm.weight", DType::F32, norm_fix);
+
+  // Qwen3.5's v heads: llama.cpp tiles them (GGUF block g uses k head g mod Hk), the checkpoint
+  // groups them (HF block h = GGUF block (h mod r) Hk + h / r, r = Hv / Hk). Blocks of `s`
+  // elements from element `first` of each of `rows` rows of `width`.
+  const DeltaNetConfig& d = c.delta_net;
+  auto group_v_heads = [d](std::size_t first, std::size_t s, std::size_t rows, std::size_t width) {
+    return [=](std::vector<float>& v) {
+      const std::size_t Hk = static_cast<std::size_t>(d.k_heads);
+      const std::size_t Hv = static_cast<std::size_t>(d.v_heads), r = Hv / Hk;
+      std::vector<float> src;
+      for (std::size_t row = 0; row < rows; ++row) {
+        float* base = v.data() + row * width + first;
+        src.assign(base, base + Hv * s);
+        for (std::size_t h = 0; h < Hv; ++h)
+          std::copy_n(src.data() + ((h % r) * Hk + h / r) * s, s, base + h * s);
+      }
+    };
+  };
+
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string g = "blk." + std::to_string(l) + ".";
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    copy(p + "input_layernorm.weight", g + "attn_norm.weight", DType::F32, norm_fix);
+    copy(p + "post_attention_layernorm.weight",
+         g + (c.arch == Architecture::Qwen3Moe ? "ffn_norm.weight" : "post_attention_norm.weight"),
+         DType::F32, norm_fix);
+    if (c.layer_kind(l) == LayerKind::DeltaNet) {
+      const std::string a = p + "linear_attn.";
+      const std::size_t H = static_cast<std::size_t>(c.hidden_size);
+      const std::size_t C = static_cast<std::size_t>(d.conv_channels());
+      const std::size_t K = static_cast<std::size_t>(d.conv_kernel);
+      const std::size_t qk = 2 * static_cast<std::size_t>(d.k_heads) * d.head_k_dim;
+      const std::size_t dv = static_cast<std::size_t>(d.head_v_dim);
+      const std::size_t Hv = static_cast<std::size_t>(d.v_heads);
+      // The v part of qkv's rows, the conv's v channels, z's rows: blocks of dv rows.
+      copy(a + "in_proj_qkv.weight", g + "attn_qkv.weight", dtype,
+           group_v_heads(qk * H, dv * H, 1, C * H));
+      copy(a + "in_proj_z.weight", g + "attn_gate.weight", dtype,
+           group_v_heads(0, dv * H, 1, Hv * dv * H));
+      // The per-head gates, the conv taps and the routers stay f32, as in the GGUF file.
+      copy(a + "in_proj_b.weight", g + "ssm_beta.weight", DType::F32,
+           group_v_heads(0, H, 1, Hv * H));
+      copy(a + "in_proj_a.weight", g + "ssm_alpha.weight", DType::F32,
+           group_v_heads(0, H, 1, Hv * H));
+      copy(a + "out_proj.weight", g + "ssm_out.weight", dtype, group_v_heads(0, dv, H, Hv * dv));
+      copy(a + "conv1d.weight", g + "ssm_conv1d.weight", DType::F32,
+           group_v_heads(qk * K, dv * K, 1, C * K),
+           {static_cast<std::int64_t>(C), 1, static_cast<std::int64_t>(K)});
+      copy(a + "dt_bias", g + "ssm_dt.bias", DType::F32, group_v_heads(0, 1, 1, Hv));
+      const auto grouped = group_v_heads(0, 1, 1, Hv);
+      copy(a + "A_log", g + "ssm_a", DType::F32, [grouped](std::vector<float>& v) {
+        for (float& x : v) x = static_cast<float>(std::log(-static_cast<double>(x)));
+        grouped(v);
+      });
+      copy(a + "norm.weight", g + "ssm_norm.weight", DType::F32);
+    } else {
+      const std::string a = p + "self_attn.";
+      copy(a + "q_proj.weight", g + "attn_q.weight", dtype);
+      copy(a + "k_proj.weight", g + "attn_k.weight", dtype);
+      copy(a + "v_proj.weight", g + "attn_v.weight", dtype);
+      copy(a + "o_proj.weight", g + "attn_output.weight", dtype);
+      if (oai) {
+        for (const char* x : {"q", "k", "v"})
+          copy(a + x + "_proj.bias", g + "attn_" + x + ".bias", DType::F32);
+        copy(a + "o_proj.bias", g + "attn_output.bias", DType::F32);
+        copy(a + "sinks", g + "attn_sinks.weight", DType::F32);
+      }
+      if (c.qk_norm) {
+        copy(a + "q_norm.weight", g + "attn_q_norm.weight", DType::F32, norm_fix);
+        copy(a + "k_norm.weight", g + "attn_k_norm.weight", DType::F32, norm_fix);
+      }
+    }
+    const std::string m = p + "mlp.";
+    if (c.moe.experts == 0) {
+      copy(m + "gate_proj.weight", g + "ffn_gate.weight", dtype);
+      copy(m + "up_proj.weight", g + "ffn_up.weight", dtype);
+      copy(m + "down_proj.weight", g + "ffn_down.weight", dtype);
+      continue;
+    }
+    const std::size_t E = static_cast<std::size_t>(c.moe.experts);
+    const std::size_t F = static_cast<std::size_t>(c.moe.expert_ff);
+    const std::size_t H = static_cast<std::size_t>(c.hidden_size);
+    const std::int64_t e64 = c.moe.experts, f64 = c.moe.expert_ff, h64 = c.hidden_size;
+    const WeightSpec gate = spec.at(g + "ffn_gate_exps.weight");
+    const WeightSpec up = spec.at(g + "ffn_up_exps.weight");
+    const WeightSpec down = spec.at(g + "ffn_down_exps.weight");
+    const std::string ex = m + "experts.";
+    if (oai) {
+      copy(m + "router.weight", g + "ffn_gate_inp.weight", DType::F32);
+      copy(m + "router.bias", g + "ffn_gate_inp.bias", DType::F32);
+      // The biases: gate and up interleaved on the last axis.
+      const WeightSpec gb = spec.at(g + "ffn_gate_exps.bias"), ub = spec.at(g + "ffn_up_exps.bias");
+      out.push_back({ex + "gate_up_proj_bias",
+                     DType::F32,
+                     {e64, 2 * f64},
+                     [gb, ub, values](std::uint8_t* bytes, std::size_t) {
+                       const std::vector<float> a = values(gb), b = values(ub);
+                       std::vector<float> v(2 * a.size());
+                       for (std::size_t i = 0; i < a.size(); ++i) {
+                         v[2 * i] = a[i];
+                         v[2 * i + 1] = b[i];
+                       }
+                       store_floats(v.data(), v.size(), DType::F32, bytes);
+                     }});
+      copy(ex + "down_proj_bias", g + "ffn_down_exps.bias", DType::F32);
+      if (mxfp4_experts) {
+        // Output-major, blocks of 32 along the input: gate_up rows interleaved (2f gate, 2f + 1
+        // up), down as llama.cpp holds it.
+        const std::size_t hb = H / 32, fb = F / 32;
+        auto fill_gate_up = [gate, up, E, F, H, hb](std::uint8_t* bytes, bool scales) {
+          Rng rg(gate.seed), ru(up.seed);
+          std::vector<float> row(H);
+          std::vector<std::uint8_t> blocks(hb * 16), sc(hb);
+          for (std::size_t r = 0; r < E * F; ++r)
+            for (int which = 0; which < 2; ++which) {
+              (which == 0 ? gate : up).generate(which == 0 ? rg : ru, row.data(), H);
+              hf_mxfp4_row(row.data(), H, blocks.data(), sc.data());
+              const std::size_t to = 2 * r + static_cast<std::size_t>(which);
+              if (scales)
+                std::copy(sc.begin(), sc.end(), bytes + to * hb);
+              else
+                std::copy(blocks.begin(), blocks.end(), bytes + to * hb * 16);
+            }
+        };
+        auto fill_down = [down, E, F, H, fb](std::uint8_t* bytes, bool scales) {
+          Rng rng(down.seed);
+          std::vector<float> row(F);
+          std::vector<std::uint8_t> blocks(fb * 16), sc(fb);
+          for (std::size_t r = 0; r < E * H; ++r) {
+            down.generate(rng, row.data(), F);
+            hf_mxfp4_row(row.data(), F, blocks.data(), sc.data());
+            if (scales)
+              std::copy(sc.begin(), sc.end(), bytes + r * fb);
+            else
+              std::copy(blocks.begin(), blocks.end(), bytes + r * fb * 16);
+          }
+        };
+        const std::int64_t hb64 = h64 / 32, fb64 = f64 / 32;
+        out.push_back({ex + "gate_up_proj_blocks",
+                       DType::F32,
+                       {e64, 2 * f64, hb64, 16},
+                       [fill_gate_up](std::uint8_t* b, std::size_t) { fill_gate_up(b, false); },
+                       true});
+        out.push_back({ex + "gate_up_proj_scales",
+                       DType::F32,
+                       {e64, 2 * f64, hb64},
+                       [fill_gate_up](std::uint8_t* b, std::size_t) { fill_gate_up(b, true); },
+                       true});
+        out.push_back({ex + "down_proj_blocks",
+                       DType::F32,
+                       {e64, h64, fb64, 16},
+                       [fill_down](std::uint8_t* b, std::size_t) { fill_down(b, false); },
+                       true});
+        out.push_back({ex + "down_proj_scales",
+                       DType::F32,
+                       {e64, h64, fb64},
+                       [fill_down](std::uint8_t* b, std::size_t) { fill_down(b, true); },
+                       true});
+        continue;
+      }
+      // Float experts, input-major: gate_up [E, H, 2F] with [e, h, 2f] = gate[e, f, h] and
+      // [e, h, 2f + 1] = up[e, f, h]; down [E, F, H] with [e, f, h] = down[e, h, f].
+      out.push_back({ex + "gate_up_proj",
+                     dtype,
+                     {e64, h64, 2 * f64},
+                     [gate, up, E, F, H, dtype](std::uint8_t* bytes, std::size_t) {
+                       Rng rg(gate.seed), ru(up.seed);
+                       std::vector<float> a(F * H), b(F * H), v(H * 2 * F);
+                       const std::size_t es = dtype_size(dtype);
+                       for (std::size_t e = 0; e < E; ++e) {
+                         gate.generate(rg, a.data(), a.size());
+                         up.generate(ru, b.data(), b.size());
+                         for (std::size_t f = 0; f < F; ++f)
+                           for (std::size_t h = 0; h < H; ++h) {
+                             v[h * 2 * F + 2 * f] = a[f * H + h];
+                             v[h * 2 * F + 2 * f + 1] = b[f * H + h];
+                           }
+                         store_floats(v.data(), v.size(), dtype, bytes + e * v.size() * es);
+                       }
+                     }});
+      out.push_back({ex + "down_proj",
+                     dtype,
+                     {e64, f64, h64},
+                     [down, E, F, H, dtype](std::uint8_t* bytes, std::size_t) {
+                       Rng rng(down.seed);
+                       std::vector<float> a(H * F), v(F * H);
+                       const std::size_t es = dtype_size(dtype);
+                       for (std::size_t e = 0; e < E; ++e) {
+                         down.generate(rng, a.data(), a.size());
+                         for (std::size_t h = 0; h < H; ++h)
+                           for (std::size_t f = 0; f < F; ++f) v[f * H + h] = a[h * F + f];
+                         store_floats(v.data(), v.size(), dtype, bytes + e * v.size() * es);
+                       }
+                     }});
+      continue;
+    }
+    copy(m + "gate.weight", g + "ffn_gate_inp.weight", DType::F32);
+    // Fused: gate_up [E, 2F, H], expert e's gate rows first, then its up rows; down unchanged.
+    out.push_back({ex + "gate_up_proj",
+                   dtype,
+                   {e64, 2 * f64, h64},
+                   [gate, up, E, F, H, dtype](std::uint8_t* bytes, std::size_t) {
+                     Rng rg(gate.seed), ru(up.seed);
+                     std::vector<float> v(2 * F * H);
+                     const std::size_t es = dtype_size(dtype);
+                     for (std::size_t e = 0; e < E; ++e) {
+                       gate.generate(rg, v.data(), F * H);
+                       up.generate(ru, v.data() + F * H, F * H);
+                       store_floats(v.data(), v.size(), dtype, bytes + e * v.size() * es);
+                     }
+                   }});
+    copy(ex + "down_proj", g + "ffn_down_exps.weight", dtype);
+    if (c.moe.shared_ff > 0) {
+      copy(m + "shared_expert_gate.weight", g + "ffn_gate_inp_shexp.weight", DType::F32, {},
+           {1, h64});
+      copy(m + "shared_expert.gate_proj.weight", g + "ffn_gate_shexp.weight", dtype);
+      copy(m + "shared_expert.up_proj.weight", g + "ffn_up_shexp.weight", dtype);
+      copy(m + "shared_expert.down_proj.weight", g + "ffn_down_shexp.weight", dtype);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void write_synthetic_tokenizer(const std::filesystem::path& dir, const ModelConfig& config) {
@@ -554,16 +850,16 @@ void write_synthetic_tokenizer(const std::filesystem::path& dir, const ModelConf
 
 void write_random_checkpoint(const std::filesystem::path& dir,
                              const RandomCheckpointOptions& options, std::FILE* log) {
-  if (dtype_is_quantized(options.dtype) || options.q4_k_m)
-    throw Error("make-model: safetensors checkpoints hold f32, bf16 or f16 weights, not " +
-                std::string(options.q4_k_m ? "q4_k_m" : dtype_name(options.dtype)) +
-                " (write a GGUF file for quantized weights)");
   const ShapeEntry& entry = find_shape(options.shape);
   ModelConfig c = entry.config;
-  if (!c.is_dense_transformer())
-    throw Error("make-model: the " + c.arch_label() + " shape " + options.shape +
-                " is written as a GGUF file (--format gguf); tests/tools/gguf_to_hf.py turns an "
-                "f32, f16 or bf16 one into a Hugging Face checkpoint");
+  // gpt-oss's checkpoints hold MXFP4 experts (and bf16 elsewhere); every other safetensors
+  // checkpoint holds f32, bf16 or f16.
+  const bool mxfp4 = options.dtype == DType::MXFP4 && c.arch == Architecture::GptOss;
+  if ((dtype_is_quantized(options.dtype) && !mxfp4) || options.q4_k_m)
+    throw Error("make-model: --dtype " +
+                std::string(options.q4_k_m ? "q4_k_m" : dtype_name(options.dtype)) +
+                " needs --format gguf (safetensors checkpoints hold bf16, f16 or f32 weights, "
+                "and MXFP4 experts for gpt-oss)");
   std::filesystem::create_directories(dir);
   const Specials specials = family_specials(entry.family);
   auto special_id = [&](const std::string& t) {
@@ -571,10 +867,16 @@ void write_random_checkpoint(const std::filesystem::path& dir,
   };
   c.bos_token_id = specials.bos.empty() ? special_id("<|endoftext|>") : special_id(specials.bos);
   c.eos_token_ids = {special_id(specials.eos)};
+  const DType matrices = mxfp4 ? DType::BF16 : options.dtype;
   json cj = c.to_json();
-  cj["torch_dtype"] = options.dtype == DType::F32    ? "float32"
-                      : options.dtype == DType::BF16 ? "bfloat16"
-                                                     : "float16";
+  cj["torch_dtype"] = matrices == DType::F32    ? "float32"
+                      : matrices == DType::BF16 ? "bfloat16"
+                                                : "float16";
+  if (mxfp4)
+    cj["quantization_config"] = {{"quant_method", "mxfp4"},
+                                 {"modules_to_not_convert",
+                                  {"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                   "model.embed_tokens", "lm_head"}}};
   cj["rkv_random_weights"] = {{"shape", options.shape}, {"seed", options.seed}};
   std::ofstream(dir / "config.json") << cj.dump(2);
   json gen = {{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_ids}};
@@ -583,7 +885,9 @@ void write_random_checkpoint(const std::filesystem::path& dir,
   write_tokenizer_of_family(dir, c, entry.family);
 
   std::vector<TensorToWrite> tensors;
-  for (const WeightSpec& w : weight_specs(c, options.seed)) {
+  if (!c.is_dense_transformer()) tensors = arch_hf_tensors(c, options.seed, options.dtype);
+  for (const WeightSpec& w :
+       c.is_dense_transformer() ? weight_specs(c, options.seed) : std::vector<WeightSpec>{}) {
     const DType dtype = w.shape.size() == 1 ? DType::F32 : options.dtype;
     tensors.push_back({w.name, dtype, w.shape, [=](std::uint8_t* bytes, std::size_t nbytes) {
                          const std::size_t n = nbytes / dtype_size(dtype);
@@ -771,10 +1075,9 @@ void add_arch_metadata(GgufWriter& g, const ModelConfig& c, const std::string& a
   if (c.rope_dim > 0) u32("rope.dimension_count", c.rope_dim);
   if (c.delta_net_layers() > 0) {
     const DeltaNetConfig& d = c.delta_net;
-    // IMRoPE's sections (text positions make them plain RoPE): Qwen3.5's proportions.
-    const int pairs = c.rotary_dim() / 2;
-    const int a = pairs * 3 / 8, b = pairs * 3 / 8;
-    g.add_i32_array(arch + ".rope.dimension_sections", {a, b, pairs - a - b, 0});
+    // IMRoPE's sections (text positions make them plain RoPE), as config.json has them.
+    const std::array<int, 3> sections = c.mrope_sections();
+    g.add_i32_array(arch + ".rope.dimension_sections", {sections[0], sections[1], sections[2], 0});
     u32("ssm.conv_kernel", d.conv_kernel);
     u32("ssm.state_size", d.head_k_dim);
     u32("ssm.group_count", d.k_heads);
@@ -802,7 +1105,10 @@ void write_random_gguf(const std::filesystem::path& file, const RandomCheckpoint
   g.add_u32(arch + ".attention.head_count_kv", static_cast<std::uint32_t>(c.num_kv_heads));
   g.add_u32(arch + ".attention.key_length", static_cast<std::uint32_t>(c.head_dim));
   g.add_u32(arch + ".attention.value_length", static_cast<std::uint32_t>(c.head_dim));
-  g.add_u32(arch + ".feed_forward_length", static_cast<std::uint32_t>(c.intermediate_size));
+  // gpt-oss's converter writes its expert size here (config.json's intermediate_size is it).
+  g.add_u32(arch + ".feed_forward_length",
+            static_cast<std::uint32_t>(c.arch == Architecture::GptOss ? c.moe.expert_ff
+                                                                      : c.intermediate_size));
   g.add_u32(arch + ".context_length", static_cast<std::uint32_t>(c.max_position_embeddings));
   g.add_u32(arch + ".vocab_size", static_cast<std::uint32_t>(c.vocab_size));
   g.add_f32(arch + ".attention.layer_norm_rms_epsilon", c.rms_norm_eps);

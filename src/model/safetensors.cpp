@@ -180,13 +180,16 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   auto nbytes_of = [](const TensorToWrite& t) {
-    std::uint64_t n = dtype_size(t.dtype);
+    std::uint64_t n = t.u8 ? 1 : dtype_size(t.dtype);
     for (auto d : t.shape) n *= static_cast<std::uint64_t>(d);
     return n;
   };
   std::uint64_t offset = 0;
   for (const auto* t : sorted) {
-    const char* dt = t->dtype == DType::F32 ? "F32" : t->dtype == DType::BF16 ? "BF16" : "F16";
+    const char* dt = t->u8                     ? "U8"
+                     : t->dtype == DType::F32  ? "F32"
+                     : t->dtype == DType::BF16 ? "BF16"
+                                               : "F16";
     header[t->name] = {
         {"dtype", dt}, {"shape", t->shape}, {"data_offsets", {offset, offset + nbytes_of(*t)}}};
     offset += nbytes_of(*t);

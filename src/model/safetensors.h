@@ -75,6 +75,7 @@ struct TensorToWrite {
   DType dtype;
   std::vector<std::int64_t> shape;
   std::function<void(std::uint8_t* bytes, std::size_t nbytes)> fill;
+  bool u8 = false;  // raw bytes (MXFP4 blocks and scales): "U8", one byte an element, dtype unused
 };
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {{"format", "pt"}});

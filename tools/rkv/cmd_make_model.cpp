@@ -28,9 +28,10 @@ void setup(CLI::App& app) {
       ->check(CLI::IsMember({"safetensors", "gguf"}));
   add_flag_option(
       app, "--dtype", args->dtype,
-      "Weight type of the matrices: bf16, f16 or f32; with --format gguf also q8_0, "
-      "q4_0, q5_0, q4_k, q6_k, q4_k_m (llama-quantize's Q4_K_M mix), or mxfp4 (a mixture's "
-      "experts in MXFP4, its other matrices bf16, as gpt-oss ships)")
+      "Weight type of the matrices: bf16, f16 or f32; mxfp4 (a mixture's experts in MXFP4, "
+      "its other matrices bf16, as gpt-oss ships: any gpt-oss shape, and in GGUF any mixture); "
+      "with --format gguf also q8_0, q4_0, q5_0, q4_k, q6_k and q4_k_m (llama-quantize's "
+      "Q4_K_M mix)")
       ->check(CLI::IsMember(
           {"bf16", "f16", "f32", "q8_0", "q4_0", "q5_0", "q4_k", "q6_k", "q4_k_m", "mxfp4"}));
   add_flag_option(app, "-s,--seed", args->seed, "Random seed of the weights");
@@ -46,9 +47,6 @@ void setup(CLI::App& app) {
     if (args->format == "gguf") {
       write_random_gguf(args->out, options, stderr);
     } else {
-      if (dtype_is_quantized(options.dtype) || options.q4_k_m)
-        throw Error("make-model: --dtype " + args->dtype +
-                    " needs --format gguf (safetensors checkpoints hold bf16, f16 or f32)");
       write_random_checkpoint(args->out, options, stderr);
     }
     std::printf("wrote %s %s (%s, seed %llu) to %s\n", args->shape.c_str(),
