@@ -4,9 +4,12 @@
 // every request the tokens it gets alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "batch_test_util.h"
+#include "compress/triattention.h"
 #include "core/error.h"
 #include "engine/batch_engine.h"
 #include "engine/query_stats.h"
@@ -63,12 +66,11 @@ class ArchEngine : public ::testing::TestWithParam<ArchFile> {
       GTEST_SKIP() << "../shared (the golden files) is not beside the repository; set "
                       "RKV_SHARED_DIR to run this test";
     model_ = Model::load(shared / "golden/arch" / GetParam().path);
-    // TriAttention's statistics, where the model's RoPE allows them (not Qwen3.5's partial one).
-    if (model_->config().rotary_dim() == model_->config().head_dim) {
-      std::vector<int> text;
-      for (int i = 0; i < 48; ++i) text.push_back(5 + (i * 13) % 300);
-      stats_ = std::make_shared<QueryStats>(calibrate_queries(*model_, pool_, text, 16));
-    }
+    // TriAttention's statistics (Qwen3.5's partial RoPE included: its unrotated dimensions are
+    // pairs of frequency 0).
+    std::vector<int> text;
+    for (int i = 0; i < 48; ++i) text.push_back(5 + (i * 13) % 300);
+    stats_ = std::make_shared<QueryStats>(calibrate_queries(*model_, pool_, text, 16));
   }
 
   BatchResult alone(const Request& r) {
@@ -92,7 +94,6 @@ TEST_P(ArchEngine, EveryMethodWithABudgetAboveTheLengthGivesFullkvsTokens) {
   ASSERT_EQ(full.stop_reason, "length") << full.error;
   for (const MethodInfo& m : method_table()) {
     if (!m.compresses) continue;
-    if (m.needs.query_stats && !stats_) continue;  // refused below
     const BatchResult r = alone(arch_request(std::string(m.name), 64, 14, 24, 1));
     EXPECT_EQ(r.stop_reason, "length") << m.name << ": " << r.error;
     EXPECT_EQ(r.tokens, full.tokens) << m.name;
@@ -104,7 +105,7 @@ TEST_P(ArchEngine, EveryMethodWithABudgetAboveTheLengthGivesFullkvsTokens) {
 // cache has those layers only); the slot adds the windows and recurrent states, constant.
 TEST_P(ArchEngine, ACompressedRunKeepsItsCacheLayersAtBudgetPlusBuffer) {
   const ModelConfig& c = model_->config();
-  for (const char* method : {"rkv", "h2o", "snapkv", "streamingllm"}) {
+  for (const char* method : {"rkv", "h2o", "snapkv", "streamingllm", "triattention"}) {
     const Request req = arch_request(method, 16, 14, 40, 2);
     const BatchResult r = alone(req);
     ASSERT_EQ(r.stop_reason, "length") << method << ": " << r.error;
@@ -113,7 +114,9 @@ TEST_P(ArchEngine, ACompressedRunKeepsItsCacheLayersAtBudgetPlusBuffer) {
     EXPECT_GT(r.compressions, 0) << method;
     // Each compression event compresses every cache layer, and only those.
     EXPECT_EQ(r.compressions % c.kv_layers(), 0) << method;
-    const KvCacheShape shape = model_->cache_shape(16 + 8, 4, KvDtype::f32);
+    // The query ring holds the observation window; triattention reads no queries.
+    const int ring = std::string(method) == "triattention" ? 0 : 4;
+    const KvCacheShape shape = model_->cache_shape(16 + 8, ring, KvDtype::f32);
     EXPECT_EQ(shape.layers, c.kv_layers());
     EXPECT_EQ(r.kv_bytes, KvCache::slot_bytes_for(shape)) << method;
     EXPECT_EQ(KvCache::fixed_state_bytes_for(shape),
@@ -134,7 +137,7 @@ TEST_P(ArchEngine, EverySequenceOfABatchMatchesItsRunAlone) {
                              {"snapkv", 20, 9, 30},  {"h2o", 16, 25, 35},
                              {"gkv", 24, 40, 24},    {"streamingllm", 12, 15, 40},
                              {"skipkv", 20, 18, 30}, {"random", 16, 20, 30}};
-  if (stats_) specs.push_back({"triattention", 24, 10, 40});
+  specs.push_back({"triattention", 24, 10, 40});
   std::vector<std::vector<int>> expected;
   for (std::size_t i = 0; i < specs.size(); ++i)
     expected.push_back(alone(arch_request(specs[i].method, specs[i].budget, specs[i].prompt,
@@ -168,18 +171,95 @@ INSTANTIATE_TEST_SUITE_P(Golden, ArchEngine, ::testing::ValuesIn(kArchs), [](con
   return n;
 });
 
-// TriAttention's statistics pair every dimension of a head: Qwen3.5's partial RoPE is refused,
-// naming why, rather than scored wrongly.
-TEST(ArchTriAttention, PartialRotaryIsRefusedClearly) {
+// Qwen3.5 rotates 16 of each head's 64 dimensions. TriAttention's statistics lay the head out as
+// tri::half_layout says: the 8 rotated pairs (f, f + 8), then the unrotated dimensions as pairs
+// (16 + g, 40 + g) of frequency 0. Checked against what the forward pass leaves in the query ring,
+// with no un-rotation: an unrotated pair's post-RoPE values are its pre-RoPE ones, and a rotation
+// keeps a rotated pair's modulus.
+TEST(ArchTriAttention, PartialRotaryStatisticsPairTheUnrotatedDimensionsAtFrequencyZero) {
   RKV_REQUIRE_SHARED(shared);
   auto model = Model::load(shared / "golden/arch/qwen35/qwen35-tiny-s303-f32.gguf");
+  const ModelConfig& c = model->config();
+  ASSERT_EQ(c.rotary_dim(), 16);
+  ASSERT_EQ(c.head_dim, 64);
+  EXPECT_EQ(tri::half_layout(8, 4), (std::vector<int>{0, 1, 4, 5, 2, 3, 6, 7}));
+  EXPECT_EQ(tri::half_layout(6, 6), (std::vector<int>{0, 1, 2, 3, 4, 5}));
   ThreadPool pool(1);
-  const std::vector<int> text = {5, 6, 7, 8};
-  try {
-    calibrate_queries(*model, pool, text, 4);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rotates 16 of 64"), std::string::npos) << e.what();
+  std::vector<int> text;
+  for (int i = 0; i < 40; ++i) text.push_back(5 + (i * 17) % 300);
+  const int n = static_cast<int>(text.size());
+  const QueryStats q = calibrate_queries(*model, pool, text, n);
+  EXPECT_EQ(q.rotary_dim, 16);
+  // The same pass, its queries read straight from the ring.
+  KvCache cache(model->cache_shape(n, n, KvDtype::f32));
+  std::vector<ForwardRow> rows;
+  for (int i = 0; i < n; ++i) rows.push_back({&cache, text[static_cast<std::size_t>(i)], i, false});
+  ForwardScratch scratch;
+  model->forward(rows, scratch, pool, nullptr);
+  const int D = c.head_dim, F = D / 2, Fr = c.rotary_dim() / 2, R = c.rotary_dim();
+  std::vector<float> ring;
+  double worst = 0.0;
+  for (int l = 0; l < c.kv_layers(); ++l) {
+    cache.window_queries(l, ring);
+    ASSERT_EQ(cache.window_size(l), n);
+    for (int h = 0; h < c.num_heads; ++h) {
+      for (int f = 0; f < F; ++f) {
+        double re = 0.0, im = 0.0, ab = 0.0;
+        for (int t = 0; t < n; ++t) {
+          const float* x = ring.data() + (static_cast<std::size_t>(h) * n + t) * D;
+          const double a = f < Fr ? x[f] : x[R + (f - Fr)];
+          const double b = f < Fr ? x[f + Fr] : x[R + (f - Fr) + (D - R) / 2];
+          re += a;
+          im += b;
+          ab += std::hypot(a, b);
+        }
+        const std::size_t cell = q.stats.at(l, h, f);
+        auto near = [&](double got, double want, const char* what) {
+          const double d = std::abs(got - want);
+          worst = std::max(worst, d);
+          EXPECT_LE(d, 1e-5 * std::max(1.0, std::abs(want)))
+              << what << " layer " << l << " head " << h << " pair " << f;
+        };
+        near(q.stats.abs_mean[cell], ab / n, "mean modulus");
+        if (f >= Fr) {  // unrotated: the pre-RoPE pair itself
+          near(q.stats.mean_re[cell], re / n, "mean re");
+          near(q.stats.mean_im[cell], im / n, "mean im");
+        }
+      }
+    }
+  }
+  RecordProperty("worst_difference", std::to_string(worst));
+}
+
+// A pair of frequency 0 scores a key by the expected dot product of its two dimensions, whatever
+// the distance (TRIATTENTION.md 4.3's cosine at angle 0): with the mean query pair (1, 0), the
+// mean modulus 1 (no magnitude term) and no other pair, the raw score is the key's first component.
+TEST(ArchTriAttention, AZeroFrequencyPairScoresTheExpectedDotProduct) {
+  tri::Stats stats;
+  stats.layers = 1;
+  stats.q_heads = 1;
+  stats.freqs = 2;
+  stats.mean_re = {0.0, 1.0};
+  stats.mean_im = {0.0, 0.0};
+  stats.abs_mean = {0.0, 1.0};
+  tri::Rope rope;
+  rope.omega = {0.5f, 0.0f};
+  rope.offsets = tri::geometric_offsets(64);
+  // Head size 4, layout pairs (0, 2) rotated and (1, 3) unrotated; keys at positions 3, 40, 900.
+  const std::vector<float> keys = {0.3f,  1.5f,  -0.2f, 0.7f,  //
+                                   0.9f,  -2.0f, 0.4f,  0.1f,  //
+                                   -0.5f, 0.25f, 0.6f,  -1.0f};
+  const std::vector<std::int32_t> positions = {3, 40, 900};
+  for (bool reference : {true, false}) {
+    tri::Params params;
+    params.normalize_scores = false;
+    params.reference_phases = reference;
+    const auto scores =
+        tri::raw_scores({keys.data(), positions.data(), 3}, 4, stats, 0, 0, rope, params, 1000);
+    ASSERT_EQ(scores.size(), 3u);
+    EXPECT_NEAR(scores[0], 1.5, 1e-6) << reference;
+    EXPECT_NEAR(scores[1], -2.0, 1e-6) << reference;
+    EXPECT_NEAR(scores[2], 0.25, 1e-6) << reference;
   }
 }
 

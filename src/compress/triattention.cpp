@@ -53,6 +53,20 @@ std::vector<std::int64_t> geometric_offsets(std::int64_t max_length) {
   return out;
 }
 
+std::vector<int> half_layout(int head_dim, int rotary_dim) {
+  const int F = head_dim / 2, Fr = rotary_dim / 2, Fu = F - Fr;
+  std::vector<int> out(static_cast<std::size_t>(head_dim));
+  for (int f = 0; f < Fr; ++f) {
+    out[static_cast<std::size_t>(f)] = f;
+    out[static_cast<std::size_t>(f + F)] = f + Fr;
+  }
+  for (int g = 0; g < Fu; ++g) {
+    out[static_cast<std::size_t>(Fr + g)] = rotary_dim + g;
+    out[static_cast<std::size_t>(Fr + g + F)] = rotary_dim + g + Fu;
+  }
+  return out;
+}
+
 void unrotate(const float* key, std::int32_t position, const Rope& rope, int head_dim, float* out) {
   const int F = head_dim / 2;
   const float s = static_cast<float>(rope.scale);
@@ -73,8 +87,8 @@ namespace {
 //   S_norm(i)    = s * sum_f (qabs_f - |qbar_f|) |k_f|        (|kappa_f| = |k_f| / s)
 // Mean over the offsets: the cosines and sines averaged once per frequency.
 std::vector<double> post_rope_scores(const HeadKeys& keys, int head_dim, const Stats& stats,
-                                     int layer, int q_head, const Rope& rope,
-                                     const Params& params, std::int64_t round_start) {
+                                     int layer, int q_head, const Rope& rope, const Params& params,
+                                     std::int64_t round_start) {
   const int F = head_dim / 2;
   const std::size_t O = rope.offsets.size();
   const bool mean = params.offsets_aggregation == Aggregation::mean;

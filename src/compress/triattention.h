@@ -41,6 +41,15 @@ struct Rope {
 };
 std::vector<std::int64_t> geometric_offsets(std::int64_t max_length);
 
+// The score's "half" layout over a whole head whose first rotary_dim dimensions are rotated
+// (rotate-half within them; Qwen3.5's partial RoPE rotates a quarter): layout position i holds
+// head dimension out[i], so that pair f is (out[f], out[f + head_dim / 2]). The rotated pairs
+// (f, f + rotary_dim / 2) come first, at their frequencies; then the unrotated dimensions pair as
+// (rotary_dim + g, rotary_dim + g + (head_dim - rotary_dim) / 2), at frequency 0: their part of
+// q . k does not depend on the distance, which is what a zero frequency's term gives (spec 4.3's
+// cosine at angle 0). With rotary_dim == head_dim it is the identity.
+std::vector<int> half_layout(int head_dim, int rotary_dim);
+
 enum class Mode { per_head, union_all, per_layer_perhead };
 enum class Aggregation { mean, max };
 

@@ -41,15 +41,19 @@ std::int64_t parse_meta_int(const std::map<std::string, std::string>& meta, cons
   return v;
 }
 
-// TriAttention's frequency statistics pair dimensions (f, f + head_dim / 2), every pair rotated:
-// a model that rotates only part of each head (Qwen3.5) is refused, naming why.
-void require_full_rotary(const ModelConfig& c) {
-  if (c.rotary_dim() != c.head_dim)
-    throw Error(
-        "TriAttention's query statistics need rotary embeddings on every dimension of the "
-        "head; this " +
-        c.arch_label() + " model rotates " + std::to_string(c.rotary_dim()) + " of " +
-        std::to_string(c.head_dim) + " (use another method for it)");
+// TriAttention's statistics pair each head's dimensions in tri::half_layout: the rotated pairs,
+// then (partial RoPE, Qwen3.5) the unrotated dimensions as pairs of frequency 0. A rotation with
+// a magnitude (YaRN) over part of the head would put that magnitude on the unrotated pairs too:
+// no model does that, and it is refused, naming why.
+void require_scorable_rotary(const ModelConfig& c, float rope_magnitude) {
+  if (c.rotary_dim() % 2 != 0 || c.rotary_dim() > c.head_dim)
+    throw Error("TriAttention's query statistics need an even number of rotary dimensions; this " +
+                c.arch_label() + " model rotates " + std::to_string(c.rotary_dim()) + " of " +
+                std::to_string(c.head_dim));
+  if (c.rotary_dim() != c.head_dim && rope_magnitude != 1.0f)
+    throw Error("TriAttention's query statistics cannot score a head that rotates " +
+                std::to_string(c.rotary_dim()) + " of " + std::to_string(c.head_dim) +
+                " dimensions with a RoPE magnitude (YaRN); use another method for this model");
 }
 
 std::string meta_or(const std::map<std::string, std::string>& meta, const std::string& key) {
@@ -70,7 +74,8 @@ class QueryMoments {
     if (c.head_dim % 2 != 0)
       throw Error("query statistics need an even head size (this model's is " +
                   std::to_string(c.head_dim) + ")");
-    require_full_rotary(c);
+    require_scorable_rotary(c, model.rope_magnitude());
+    layout_ = tri::half_layout(c.head_dim, c.rotary_dim());
     const std::size_t cells =
         static_cast<std::size_t>(c.kv_layers()) * c.num_heads * c.head_dim / 2;
     re_.assign(cells, 0.0);
@@ -107,9 +112,14 @@ class QueryMoments {
       cos_.resize(static_cast<std::size_t>(m) * F);
       sin_.resize(static_cast<std::size_t>(m) * F);
       norm_.resize(static_cast<std::size_t>(m) * F);
+      const int Fr = c.rotary_dim() / 2;
       for (int i = 0; i < m; ++i) {
         const std::size_t k0 = static_cast<std::size_t>(i) * F;
         model_.rope_rotation(begin + i, cos_.data() + k0, sin_.data() + k0);
+        for (int f = Fr; f < F; ++f) {  // partial RoPE: the unrotated pairs turn by angle 0
+          cos_[k0 + f] = 1.0f;
+          sin_[k0 + f] = 0.0f;
+        }
         for (int f = 0; f < F; ++f)
           norm_[k0 + f] = static_cast<double>(cos_[k0 + f]) * cos_[k0 + f] +
                           static_cast<double>(sin_[k0 + f]) * sin_[k0 + f];
@@ -129,9 +139,10 @@ class QueryMoments {
             const float* q = ring_.data() + (static_cast<std::size_t>(h) * count + first + i) * D;
             const std::size_t k0 = static_cast<std::size_t>(i) * F;
             for (int f = 0; f < F; ++f) {
-              // The forward pass made x = a cos - b sin, y = b cos + a sin from the pair
-              // (a, b) = (q[f], q[f + F]).
-              const double x = q[f], y = q[f + F];
+              // The forward pass made x = a cos - b sin, y = b cos + a sin from the pair (a, b)
+              // at layout positions f and f + F (q[f], q[f + F] when every dimension rotates).
+              const double x = q[layout_[static_cast<std::size_t>(f)]];
+              const double y = q[layout_[static_cast<std::size_t>(f + F)]];
               const double cs = cos_[k0 + f], sn = sin_[k0 + f], nrm = norm_[k0 + f];
               const double a = (x * cs + y * sn) / nrm;
               const double b = (y * cs - x * sn) / nrm;
@@ -155,6 +166,7 @@ class QueryMoments {
     QueryStats out;
     out.tokens = tokens_;
     out.model = model_name(model_);
+    out.rotary_dim = c.rotary_dim();
     tri::Stats& s = out.stats;
     s.layers = c.kv_layers();
     s.q_heads = c.num_heads;
@@ -173,6 +185,7 @@ class QueryMoments {
   std::int64_t tokens_ = 0;
   ForwardScratch scratch_;
   std::vector<ForwardRow> rows_;
+  std::vector<int> layout_;  // tri::half_layout of the model's head
   std::vector<float> ring_, cos_, sin_;
   std::vector<double> norm_;
 };
@@ -228,6 +241,9 @@ void save_query_stats(const std::string& path, const QueryStats& q) {
   meta["version"] = kVersion;
   meta["tokens"] = std::to_string(q.tokens);
   meta["head_dim"] = std::to_string(2 * s.freqs);
+  // Only a partial rotation is recorded, so a full one's file is as before.
+  if (q.rotary_dim > 0 && q.rotary_dim != 2 * s.freqs)
+    meta["rotary_dim"] = std::to_string(q.rotary_dim);
   meta["rope_style"] = "half";
   meta["model"] = q.model;
   meta["text"] = q.text;
@@ -281,7 +297,15 @@ std::shared_ptr<const QueryStats> load_query_stats(const std::string& path, cons
   if (head_dim != 2 * shape[2])
     throw Error(path + ": metadata says head_dim " + std::to_string(head_dim) + " but the tensors" +
                 " have " + std::to_string(shape[2]) + " frequency pairs per head");
-  require_full_rotary(c);
+  require_scorable_rotary(c, model.rope_magnitude());
+  // Files from before partial RoPE was scored have no rotary_dim: every dimension rotated.
+  const std::int64_t rotary_dim =
+      meta.count("rotary_dim") != 0 ? parse_meta_int(meta, "rotary_dim", path) : head_dim;
+  if (rotary_dim != c.rotary_dim() && head_dim == c.head_dim)
+    throw Error(path + ": the statistics are for a head that rotates " +
+                std::to_string(rotary_dim) + " of " + std::to_string(head_dim) +
+                " dimensions, this model rotates " + std::to_string(c.rotary_dim()) +
+                " (compute them for it with rkv calibrate)");
   if (shape[0] != c.kv_layers() || shape[1] != c.num_heads || head_dim != c.head_dim)
     throw Error(path + ": the statistics are for " + std::to_string(shape[0]) + " layers x " +
                 std::to_string(shape[1]) + " query heads of size " + std::to_string(head_dim) +
@@ -298,6 +322,7 @@ std::shared_ptr<const QueryStats> load_query_stats(const std::string& path, cons
   q->model = made_for;
   q->text = meta_or(meta, "text");
   q->origin = path;
+  q->rotary_dim = static_cast<int>(rotary_dim);
   tri::Stats& s = q->stats;
   s.layers = c.kv_layers();
   s.q_heads = c.num_heads;

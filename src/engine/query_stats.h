@@ -19,7 +19,10 @@
 namespace rkv {
 
 struct QueryStats {
-  tri::Stats stats;         // [layers][q_heads][head_dim / 2]
+  // [layers][q_heads][head_dim / 2], pairs in tri::half_layout(head_dim, rotary_dim): with
+  // partial RoPE the unrotated dimensions' pairs (frequency 0) follow the rotated ones.
+  tri::Stats stats;
+  int rotary_dim = 0;       // the rotated dimensions of a head (0: all of them)
   std::int64_t tokens = 0;  // calibration tokens the moments are over
   std::string model;        // the model it was computed for (name or path, for messages)
   std::string text;         // the calibration text's name (file name), for messages

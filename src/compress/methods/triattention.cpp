@@ -5,6 +5,7 @@
 // the forward pass, when the cache has grown to budget + buffer (the reference's slack trigger
 // with divide_length = buffer), and cuts it back to budget.
 #include <algorithm>
+#include <vector>
 
 #include "compress/registry.h"
 #include "core/error.h"
@@ -34,9 +35,9 @@ SequencePlan plan(const SequenceView& view, const CompressionParams& params, Thr
   if (view.query_stats == nullptr)
     throw Error("triattention needs the model's query statistics (rkv calibrate)");
   const tri::Stats& stats = *view.query_stats;
+  const int rotary_dim = 2 * static_cast<int>(view.rope_frequencies.size());
   if (stats.layers != view.layers || stats.q_heads != view.q_heads ||
-      2 * stats.freqs != view.head_dim ||
-      static_cast<int>(view.rope_frequencies.size()) != stats.freqs) {
+      2 * stats.freqs != view.head_dim || rotary_dim > view.head_dim) {
     throw Error("triattention: the query statistics are for " + std::to_string(stats.layers) +
                 " layers of " + std::to_string(stats.q_heads) + " heads of size " +
                 std::to_string(2 * stats.freqs) + ", the cache has " + std::to_string(view.layers) +
@@ -50,9 +51,32 @@ SequencePlan plan(const SequenceView& view, const CompressionParams& params, Thr
   rope.omega.assign(view.rope_frequencies.begin(), view.rope_frequencies.end());
   rope.scale = view.rope_scale;  // attention_scaling: 1 but for YaRN (gpt-oss)
   rope.offsets = tri::geometric_offsets(params.offset_max);
+  // Partial RoPE (Qwen3.5): the keys in the statistics' layout (tri::half_layout), the unrotated
+  // pairs at frequency 0.
+  std::vector<std::vector<tri::HeadKeys>> laid_out;
+  std::vector<std::vector<float>> storage;
+  if (rotary_dim < view.head_dim) {
+    if (view.rope_scale != 1.0)
+      throw Error(
+          "triattention: a head that rotates part of its dimensions with a RoPE "
+          "magnitude cannot be scored");
+    rope.omega.resize(static_cast<std::size_t>(stats.freqs), 0.0f);
+    const std::vector<int> layout = tri::half_layout(view.head_dim, rotary_dim);
+    const std::size_t D = static_cast<std::size_t>(view.head_dim);
+    laid_out = view.keys;
+    for (auto& layer : laid_out)
+      for (tri::HeadKeys& head : layer) {
+        std::vector<float>& k = storage.emplace_back(static_cast<std::size_t>(head.n) * D);
+        for (std::size_t j = 0; j < static_cast<std::size_t>(head.n); ++j)
+          for (std::size_t i = 0; i < D; ++i)
+            k[j * D + i] = head.keys[j * D + static_cast<std::size_t>(layout[i])];
+        head.keys = k.data();
+      }
+  }
   SequencePlan out;
-  out.decision = tri::decide(view.keys, view.head_dim, view.q_heads, view.prefix, stats, rope,
-                             reference_params(params), view.round_start, pool);
+  out.decision =
+      tri::decide(laid_out.empty() ? view.keys : laid_out, view.head_dim, view.q_heads, view.prefix,
+                  stats, rope, reference_params(params), view.round_start, pool);
   out.compressed = out.decision.compressed;
   if (!out.compressed) return out;
   // Units: per_head and union one list per KV head (every layer), per_layer_perhead one per
