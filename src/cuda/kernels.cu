@@ -1,6 +1,7 @@
-// The CUDA backend's kernels (kernels.cuh). First versions written to be right: one block per row
-// (or per row and head), float32 arithmetic in the CPU engine's order where it is cheap to keep
-// (no fused multiply-adds in RoPE and the norms), double where the CPU sums in double.
+// The CUDA backend's kernels (kernels.cuh). Mostly first versions written to be right: one block
+// per row (or per row and head; attention per row, KV head and chunk of keys), float32 arithmetic
+// in the CPU engine's order where it is cheap to keep (no fused multiply-adds in RoPE and the
+// norms), double where the CPU sums in double.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -887,26 +887,19 @@ void write_random_checkpoint(const std::filesystem::path& dir,
   write_tokenizer_of_family(dir, c, entry.family);
 
   std::vector<TensorToWrite> tensors;
-  if (!c.is_dense_transformer()) tensors = arch_hf_tensors(c, options.seed, options.dtype);
-  for (const WeightSpec& w :
-       c.is_dense_transformer() ? weight_specs(c, options.seed) : std::vector<WeightSpec>{}) {
-    const DType dtype = w.shape.size() == 1 ? DType::F32 : options.dtype;
-    tensors.push_back({w.name, dtype, w.shape, [=](std::uint8_t* bytes, std::size_t nbytes) {
-                         const std::size_t n = nbytes / dtype_size(dtype);
-                         std::vector<float> values(n);
-                         Rng rng(w.seed);
-                         w.generate(rng, values.data(), n);
-                         for (std::size_t i = 0; i < n; ++i) {
-                           const float value = values[i];
-                           if (dtype == DType::F32) {
-                             std::memcpy(bytes + 4 * i, &value, 4);
-                           } else {
-                             const std::uint16_t h =
-                                 dtype == DType::BF16 ? f32_to_bf16(value) : f32_to_f16(value);
-                             std::memcpy(bytes + 2 * i, &h, 2);
-                           }
-                         }
-                       }});
+  if (c.is_dense_transformer()) {
+    for (const WeightSpec& w : weight_specs(c, options.seed)) {
+      const DType dtype = w.shape.size() == 1 ? DType::F32 : options.dtype;
+      tensors.push_back({w.name, dtype, w.shape, [=](std::uint8_t* bytes, std::size_t nbytes) {
+                           const std::size_t n = nbytes / dtype_size(dtype);
+                           std::vector<float> values(n);
+                           Rng rng(w.seed);
+                           w.generate(rng, values.data(), n);
+                           store_floats(values.data(), n, dtype, bytes);
+                         }});
+    }
+  } else {
+    tensors = arch_hf_tensors(c, options.seed, options.dtype);
   }
   if (log)
     std::fprintf(log, "make-model: writing %zu tensors to %s\n", tensors.size(),
@@ -1153,19 +1146,10 @@ void write_random_gguf(const std::filesystem::path& file, const RandomCheckpoint
           to = head * D + 2 * (i % (D / 2)) + i / (D / 2);
         }
         std::uint8_t* out = bytes + to * rb;
-        if (dtype_is_quantized(dtype)) {
+        if (dtype_is_quantized(dtype))
           quant::quantize_row(dtype, row.data(), ncols, out);
-        } else {
-          for (std::size_t k = 0; k < ncols; ++k) {
-            if (dtype == DType::F32) {
-              std::memcpy(out + 4 * k, &row[k], 4);
-            } else {
-              const std::uint16_t h =
-                  dtype == DType::BF16 ? f32_to_bf16(row[k]) : f32_to_f16(row[k]);
-              std::memcpy(out + 2 * k, &h, 2);
-            }
-          }
-        }
+        else
+          store_floats(row.data(), ncols, dtype, out);
       }
     });
   }
