@@ -35,8 +35,9 @@ process.on('exit', () => {
 // Starts `rkv serve` on a free port and resolves once GET /health answers 200.
 // `args` are appended to the command line (e.g. ['--kv-memory', '8MiB', '--queue-limit', '100']);
 // `model` is the checkpoint (default: the tiny reasoner).
-// Returns { url, port, agentPort, child, alive(), stderr(), stop() }; stop() sends SIGTERM and resolves with
-// { code, signal } once the process has exited (SIGKILL after `stopTimeoutMs`).
+// Returns { url, port, agentPort, child, alive(), stderr(), stop(), awaitExit() }; stop() sends SIGTERM
+// and awaitExit() sends nothing; both resolve with { code, signal } once the process has exited
+// (SIGKILL after `stopTimeoutMs`).
 export async function startServer({ args = [], model = modelDir, readyTimeoutMs = 60_000, stopTimeoutMs = 15_000 } = {}) {
   if (!existsSync(rkvBinary)) {
     throw new Error(`rkv binary not found at ${rkvBinary} (build it, or set RKV_BINARY)`);
@@ -81,13 +82,17 @@ export async function startServer({ args = [], model = modelDir, readyTimeoutMs 
   ]).finally(() => clearTimeout(portTimer));
   const url = `http://127.0.0.1:${port}`;
 
-  const stop = async () => {
+  // Resolves with { code, signal } once the process has exited (SIGKILL after `stopTimeoutMs`).
+  const awaitExit = async () => {
     if (exit) return exit;
-    child.kill('SIGTERM');
     const timer = setTimeout(() => child.kill('SIGKILL'), stopTimeoutMs);
     const result = await exited;
     clearTimeout(timer);
     return result;
+  };
+  const stop = async () => {
+    if (!exit) child.kill('SIGTERM');
+    return awaitExit();
   };
 
   // /health answers 503 while the model loads, then 200 {"status":"ok"}.
@@ -116,6 +121,7 @@ export async function startServer({ args = [], model = modelDir, readyTimeoutMs 
     alive: () => exit === null,
     stderr: () => stderr,
     stop,
+    awaitExit,
   };
 }
 
