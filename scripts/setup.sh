@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libbenchmark-dev clang-format
   clang libclang-rt-14-dev llvm
   haproxy prometheus python3 python3-yaml python3-numpy
+  python3-torch libopenblas0-pthread
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -255,6 +255,69 @@ TEST(ScriptedReply, WritesTheScriptThenEndsAndTheAnswerPrefixFollowsTheThought) 
   EXPECT_EQ(engine.take_completions().at(0).text, "A:4");
 }
 
+// A replay writes the given ids instead of sampling, compressing as a generation would: replaying
+// a compressed greedy run's own output gives back its tokens, its compressions and, position by
+// position, its logits bit for bit (on_logits: the prompt's last position, then every step).
+TEST_F(EngineTest, AReplayOfAGreedyRunGivesItsLogitsAndCompressions) {
+  const std::string q = test::held_out_problems(1).at(0);
+  Engine engine(*model_, tokenizer_.get(), pool_);
+  struct Seen {
+    std::vector<int> positions;
+    std::vector<std::vector<float>> logits;
+    std::vector<std::pair<std::int64_t, std::int64_t>> compressions;  // (step, first_reader)
+  };
+  const auto run = [&](Request r, Seen& seen) {
+    r.on_logits = [&seen](int position, std::span<const float> logits) {
+      seen.positions.push_back(position);
+      seen.logits.emplace_back(logits.begin(), logits.end());
+    };
+    r.on_compression = [&seen](const CompressionEvent& e) {
+      if (e.layer == 0) seen.compressions.emplace_back(e.step, e.first_reader);
+    };
+    engine.submit(engine.prepare(std::move(r)));
+    engine.run_until_idle();
+    return engine.take_completions().at(0);
+  };
+  Seen greedy_seen, replay_seen;
+  const Completion g = run(greedy(q, "gkv", 96), greedy_seen);
+  ASSERT_EQ(g.stop_reason, "eos");
+  ASSERT_GT(greedy_seen.compressions.size(), 10u);
+  Request replay = greedy(q, "gkv", 96);
+  replay.sampling.temperature = 1.0f;  // never consulted
+  replay.replay_ids = g.tokens;
+  replay.replay_ids.push_back(model_->config().eos_token_ids.front());
+  const Completion r = run(replay, replay_seen);
+  EXPECT_EQ(r.tokens, g.tokens);
+  EXPECT_EQ(r.stop_reason, "eos");
+  EXPECT_EQ(replay_seen.compressions, greedy_seen.compressions);
+  ASSERT_EQ(replay_seen.positions, greedy_seen.positions);
+  ASSERT_EQ(greedy_seen.positions.size(), g.tokens.size() + 1);  // every token, then the eos
+  EXPECT_EQ(greedy_seen.positions.front(), g.prompt_tokens - 1);
+  for (std::size_t i = 0; i < greedy_seen.logits.size(); ++i)
+    ASSERT_EQ(replay_seen.logits[i], greedy_seen.logits[i])
+        << "position " << greedy_seen.positions[i];
+  // Decode-step compressions are read first by the compressing step's own token; the prompt's
+  // (when it outgrows the budget) by the first token after it.
+  for (const auto& [step, first] : greedy_seen.compressions)
+    EXPECT_EQ(first, step > g.prompt_tokens ? step - 1 : step);
+  // A replay's ids must be in the vocabulary; one ending early stops at its end ("length").
+  Request bad = greedy(q, "fullkv", 0);
+  bad.replay_ids = {1, model_->config().vocab_size};
+  try {
+    engine.prepare(bad);
+    ADD_FAILURE() << "a replay id outside the vocabulary was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the vocabulary"), std::string::npos) << e.what();
+  }
+  Request partial = greedy(q, "fullkv", 0);
+  partial.replay_ids = {g.tokens.begin(), g.tokens.begin() + 5};
+  Seen partial_seen;
+  const Completion p = run(partial, partial_seen);
+  EXPECT_EQ(p.tokens, partial.replay_ids);
+  EXPECT_EQ(p.stop_reason, "length");
+  EXPECT_EQ(partial_seen.positions.size(), 6u);
+}
+
 TEST_F(EngineTest, PrepareRefusesInvalidRequests) {
   EngineOptions o;
   o.kv_memory_bytes = 100000;

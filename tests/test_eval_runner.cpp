@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "eval/runner.h"
@@ -87,6 +88,59 @@ TEST(EvalRunner, ResumesAnInterruptedRunToTheSameRecords) {
                             "mean_generated_tokens", "samples"})
       EXPECT_TRUE(r.contains(key)) << key;
   EXPECT_TRUE(fs::exists(o.out_dir / "accuracy.svg"));
+  fs::remove_all(dir);
+}
+
+// --trace-dir: every sample's trace is on disk and named by its record; its tokens are the
+// prompt and the generated ids, and each compression says which position first read it (the one
+// whose decode step compressed, or the first after the prompt).
+TEST(EvalRunner, TracesEverySampleAndNamesItInTheRecord) {
+  const fs::path dir = write_fixture("trace", RandomCheckpointOptions{}.dtype, 2);
+  auto model = Model::load(dir / "model");
+  const Tokenizer tokenizer = Tokenizer::load(dir / "model");
+  const Dataset dataset = load_dataset(dir / "data.jsonl", {});
+  ThreadPool pool(2);
+  RunnerOptions o;
+  o.methods = {"rkv"};
+  o.budgets = parse_budget_specs("12");
+  o.kv_settings = {{"buffer", "4"}, {"window", "4"}};
+  o.samples = 2;
+  o.max_new_tokens = 30;
+  o.progress = nullptr;
+  o.out_dir = dir / "run";
+  o.trace_dir = dir / "traces";
+  run_eval(*model, tokenizer, dataset, o, pool);
+  const auto records = lines_of(o.out_dir / "samples.jsonl");
+  ASSERT_EQ(records.size(), 4u);
+  for (const std::string& line : records) {
+    const auto rec = nlohmann::json::parse(line);
+    const std::string name = rec.at("trace");
+    EXPECT_EQ(name, "rkv-12/" + rec.at("example_id").get<std::string>() + "-s" +
+                        std::to_string(rec.at("sample").get<int>()) + ".jsonl");
+    const auto trace = lines_of(o.trace_dir / name);
+    ASSERT_GE(trace.size(), 3u) << name;
+    const auto header = nlohmann::json::parse(trace.front());
+    EXPECT_EQ(header.at("method"), "rkv");
+    EXPECT_EQ(header.at("budget"), 12);
+    const int prompt = header.at("prompt_tokens");
+    EXPECT_EQ(prompt, rec.at("prompt_tokens").get<int>());
+    std::size_t ids = 0;
+    int compressions = 0;
+    for (const std::string& l : trace) {
+      const auto r = nlohmann::json::parse(l);
+      if (r.at("type") == "tokens") ids += r.at("ids").size();
+      if (r.at("type") != "compression") continue;
+      ++compressions;
+      const std::int64_t step = r.at("step"), first = r.at("first_reader");
+      EXPECT_EQ(first, step > prompt ? step - 1 : step) << l;
+      for (const auto& k : r.at("kept_positions")) EXPECT_LT(k.get<std::int64_t>(), step) << l;
+      EXPECT_LE(r.at("n_after").get<int>(), 12) << l;
+    }
+    EXPECT_EQ(ids,
+              static_cast<std::size_t>(prompt) + rec.at("generated_tokens").get<std::size_t>());
+    EXPECT_GT(compressions, 0) << name;
+    EXPECT_FALSE(fs::exists(o.trace_dir / (name + ".tmp")));
+  }
   fs::remove_all(dir);
 }
 

@@ -410,7 +410,7 @@ TEST(SkipKvEngine, RedundantSentenceIsEvictedFromTheCache) {
   memory.set_listener([&](const CompressionEvent& e) {
     for (int i : e.selection->kept[0]) kept_positions.push_back(e.cache->positions(0, 0)[i]);
   });
-  memory.compress_layer(0, pos, nullptr);
+  memory.compress_layer(0, pos, pos - 1, nullptr);
   ASSERT_EQ(cache.length(0), 11);
   std::vector<std::int32_t> expect;
   for (int q = 0; q < pos; ++q)

@@ -28,6 +28,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -91,6 +92,16 @@ struct Request {
   // client tests on checkpoints that cannot write tool calls). Tokens the engine forces (a thinking
   // budget's close, answer_prefix) are written as usual and take nothing from the script.
   std::optional<std::string> scripted_reply;
+  // A replay (`rkv generate --replay-ids`, G-KV post-training's masks for a sequence sampled
+  // elsewhere): where the engine would sample, it writes these token ids in order instead, as
+  // many as max_new_tokens allows; an end-of-sequence id among them ends the sequence there
+  // ("eos"), and the sequence ends ("length") once all are written. Compression, traces and
+  // logits go on as in any generation. Excludes scripted_reply.
+  std::vector<int> replay_ids;
+  // Called on the engine's thread with the model's logits ([vocab size], before any sampling
+  // adjustment) wherever the engine picks a next token: after the prompt's last position, then
+  // after each decode step; `position` is the position whose logits they are.
+  std::function<void(int position, std::span<const float> logits)> on_logits;
 
   int max_new_tokens = 256;
   // false: generation stops when the context is full (the CLI); true: a prompt plus

@@ -213,6 +213,9 @@ void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
         continue;
       }
     }
+    if (s.request.request.on_logits)
+      s.request.request.on_logits(plan.rows[r].position,
+                                  std::span<const float>(logits, static_cast<std::size_t>(V)));
     // Log-probabilities are the model's own, before the sampler adjusts the logits in place.
     const int want_logprobs = s.request.request.logprobs;
     std::optional<TokenLogprob> logprob;
@@ -228,6 +231,12 @@ void BatchEngine::postprocess(const StepPlan& plan, double step_seconds) {
     if (!s.forced.empty()) {
       token = s.forced.front();
       s.forced.pop_front();
+    } else if (const auto& replay = s.request.request.replay_ids; !replay.empty()) {
+      if (s.script_pos == replay.size()) {
+        s.finish("length");
+        continue;
+      }
+      token = replay[s.script_pos++];
     } else if (s.request.request.scripted_reply) {
       const auto& script = s.request.scripted_reply;
       token = s.script_pos < script.size() ? script[s.script_pos++] : s.request.eos_ids.front();

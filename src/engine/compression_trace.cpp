@@ -109,6 +109,7 @@ void CompressionTrace::record(const CompressionEvent& e) {
       kept_positions.push_back(positions[index]);
     nlohmann::json line = {{"type", "compression"},
                            {"step", e.step},
+                           {"first_reader", e.first_reader},
                            {"layer", e.layer},
                            {"head", h},
                            {"method", std::string(method_name(e.params->method))},

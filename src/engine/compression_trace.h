@@ -9,8 +9,12 @@
 //                tokens of the sequence (prompt first) with the text each one completes
 //                (UTF-8; a token that only starts a character has "" and the next one carries it)
 //   compression  one (compression, KV head): step (tokens processed, so positions 0..step-1
-//                existed), layer, head, method, n_before, n_after, kept_positions (ascending
-//                original positions), and importance/redundancy/final_score summaries
+//                existed), first_reader (the first position whose attention saw the result:
+//                step - 1 in a decode step, step after a prompt; added 2026-11-27), layer,
+//                head, method, n_before, n_after, kept_positions (ascending original
+//                positions), and importance/redundancy/final_score summaries. A position q at or
+//                after first_reader attends, in that (layer, head), to kept_positions plus
+//                step..q, until the next compression whose first_reader is at most q.
 //   end          last line: generated tokens, finish_reason, compressions
 // Version 1 (before 2026-11-23) had only compression lines, without "type".
 #pragma once

@@ -178,6 +178,15 @@ PreparedRequest Engine::prepare(Request request) const {
   if (request.steering.enabled())
     check_steering_vector(*request.steering.vector, c, {}, "steering");
 
+  if (!request.replay_ids.empty()) {
+    if (request.scripted_reply) throw Error("a replay and a scripted reply exclude each other");
+    for (int id : request.replay_ids)
+      if (id < 0 || id >= c.vocab_size)
+        throw RequestError("replay: token id " + std::to_string(id) +
+                               " is outside the vocabulary (size " + std::to_string(c.vocab_size) +
+                               ")",
+                           "replay_ids");
+  }
   if (request.seed_tokens < 0 || request.seed_tokens >= prompt)
     throw Error("seed tokens must be between 0 and the prompt's length less one, not " +
                 std::to_string(request.seed_tokens));

@@ -85,10 +85,12 @@ void KvMemory::compress_all_layers(std::int64_t tokens, ThreadPool* pool) {
       compress_whole_pass(tokens, pool);
     return;
   }
-  for (int layer = 0; layer < cache_->shape().layers; ++layer) compress_layer(layer, tokens, pool);
+  for (int layer = 0; layer < cache_->shape().layers; ++layer)
+    compress_layer(layer, tokens, tokens, pool);
 }
 
-void KvMemory::compress_layer(int layer, std::int64_t seq_len, ThreadPool* pool) {
+void KvMemory::compress_layer(int layer, std::int64_t seq_len, std::int64_t first_reader,
+                              ThreadPool* pool) {
   KvCache& cache = *cache_;
   const int n_all = cache.length(layer);
   if (!should_compress(n_all, params_, seq_len)) return;
@@ -126,7 +128,7 @@ void KvMemory::compress_layer(int layer, std::int64_t seq_len, ThreadPool* pool)
   const Selection selection =
       rkv::compress_layer(view, params_, listener_ ? &diagnostics : nullptr, pool);
   if (!selection.compressed) return;
-  apply(layer, seq_len, n_all, selection, &diagnostics, &view);
+  apply(layer, seq_len, first_reader, n_all, selection, &diagnostics, &view);
   compression_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -192,20 +194,22 @@ void KvMemory::compress_whole_pass(std::int64_t tokens, ThreadPool* pool) {
         const auto& score = plan.decision.aggregated[unit];
         diagnostics.heads.emplace_back().final_score.assign(score.begin(), score.end());
       }
-      apply(l, tokens, view.n_all, selection, &diagnostics, nullptr);
+      apply(l, tokens, tokens, view.n_all, selection, &diagnostics, nullptr);
     } else {
-      apply(l, tokens, view.n_all, selection, nullptr, nullptr);
+      apply(l, tokens, tokens, view.n_all, selection, nullptr, nullptr);
     }
   }
   compression_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void KvMemory::apply(int layer, std::int64_t step, int n_before, const Selection& selection,
-                     const Diagnostics* diagnostics, const LayerView* view) {
+void KvMemory::apply(int layer, std::int64_t step, std::int64_t first_reader, int n_before,
+                     const Selection& selection, const Diagnostics* diagnostics,
+                     const LayerView* view) {
   if (listener_) {
     CompressionEvent event;
     event.step = step;
+    event.first_reader = first_reader;
     event.layer = layer;
     event.n_before = n_before;
     event.cache = cache_.get();

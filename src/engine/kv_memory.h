@@ -48,6 +48,12 @@ struct CompressionVocab {
 // One compression, as reported to a trace.
 struct CompressionEvent {
   std::int64_t step = 0;  // tokens of the sequence processed when it happened
+  // The first position whose attention reads the compacted cache: step - 1 for a decode step's
+  // compression (between that token's KV append and its attention), step after a prompt, a
+  // chunk of seed tokens or a whole-pass method's step (after the pass). Positions before it
+  // saw the cache as it was; every later one sees the kept entries plus the positions appended
+  // from `step` on, up to itself (docs/USAGE.md, "Attention masks from a trace").
+  std::int64_t first_reader = 0;
   int layer = 0;
   int n_before = 0;
   const KvCache* cache = nullptr;
@@ -106,8 +112,10 @@ class KvMemory {
   // After the forward pass of a decode step (a whole_pass method: TriAttention): compresses
   // every layer at once when its trigger says so. Nothing for a per_layer method.
   void end_decode_step(ThreadPool* pool);
-  // Plans and applies one compression of `layer` now (when the policy says n_all warrants it).
-  void compress_layer(int layer, std::int64_t seq_len, ThreadPool* pool);
+  // Plans and applies one compression of `layer` now (when the policy says n_all warrants it),
+  // `seq_len` tokens processed; `first_reader`: the first position whose attention reads the
+  // result (CompressionEvent::first_reader).
+  void compress_layer(int layer, std::int64_t seq_len, std::int64_t first_reader, ThreadPool* pool);
   // After a prompt (or a chunk of seed tokens) of `tokens`: compresses every layer once when it
   // exceeds the budget (ALGORITHMS.md 1, prefill). A whole-pass method never compresses a prompt
   // (TRIATTENTION.md 6.1), only seed tokens beyond the budget.
@@ -147,8 +155,8 @@ class KvMemory {
   // One whole-pass compression of every layer (plan, then apply), `tokens` processed so far.
   void compress_whole_pass(std::int64_t tokens, ThreadPool* pool);
   // Tells the listener (diagnostics and view may be null) and applies one layer's plan.
-  void apply(int layer, std::int64_t step, int n_before, const Selection& selection,
-             const Diagnostics* diagnostics, const LayerView* view);
+  void apply(int layer, std::int64_t step, std::int64_t first_reader, int n_before,
+             const Selection& selection, const Diagnostics* diagnostics, const LayerView* view);
 
   CompressionParams params_;
   const MethodInfo& method_;  // the method's record: what it needs, asked by need

@@ -42,7 +42,7 @@ void ModelRunner::run(std::span<const ForwardRow> rows, std::span<KvMemory* cons
     for (std::size_t s = 0; s < n_seq && kl >= 0; ++s) {
       const std::size_t r = segments_[s];
       if (segments_[s + 1] - r != 1 || !memory[r]->due()) continue;
-      memory[r]->compress_layer(kl, rows_[r].position + 1, &pool_);
+      memory[r]->compress_layer(kl, rows_[r].position + 1, rows_[r].position, &pool_);
     }
     pass.attend(l, attention && kl >= 0 ? &probs_ : nullptr);
     if (attention && kl >= 0) {

@@ -70,7 +70,7 @@ struct Sequence {
   // Where the answer begins (after the prompt, or after the open thought's </think>), the
   // request's answer prefix is forced; answer_started says that point has passed.
   bool answer_started = false;
-  std::size_t script_pos = 0;  // Request::scripted_reply: its tokens written so far
+  std::size_t script_pos = 0;  // Request::scripted_reply or replay_ids: tokens written so far
   bool finished = false;
   std::string stop_reason;  // "eos", "length", "stopped", "cancelled", "error"
   std::string error;        // what failed, for "error"

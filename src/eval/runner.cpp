@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/record_log.h"
 #include "core/svg_plot.h"
+#include "engine/compression_trace.h"
 #include "engine/steering.h"
 #include "model/model.h"
 #include "rkv/engine.h"
@@ -50,6 +51,24 @@ std::vector<json> read_records(const std::filesystem::path& path) {
   }
   return out;
 }
+
+// A file name made of `text`: letters, digits, '.', '_' and '-' kept, anything else '_'.
+std::string file_safe(const std::string& text) {
+  std::string out;
+  for (char ch : text) {
+    const bool keep = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                      (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
+    out += keep ? ch : '_';
+  }
+  return out.empty() || out[0] == '.' ? "_" + out : out;
+}
+
+// One sample's trace, held in memory while it runs and written whole when it finishes.
+struct SampleTrace {
+  std::vector<std::string> lines;
+  std::unique_ptr<CompressionTrace> trace;
+  std::filesystem::path relative;  // under RunnerOptions::trace_dir
+};
 
 std::uint64_t sample_seed(std::uint64_t seed, std::size_t example, int sample) {
   std::uint64_t z = seed ^ (0x9e3779b97f4a7c15ull * (example + 1)) ^
@@ -313,6 +332,7 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
     if (jobs.empty()) return;
     Engine engine(model, &tokenizer, pool, engine_options);
     std::map<std::uint64_t, std::size_t> job_of;
+    std::map<std::uint64_t, std::unique_ptr<SampleTrace>> traces;  // by engine id
     std::int64_t tokens = 0;
     for (std::size_t i = 0; i < jobs.size(); ++i) {
       const Job& j = jobs[i];
@@ -326,9 +346,29 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
       r.decode_text = false;  // graded from the ids, special tokens skipped
       r.compression = make_params(j.method, j.budget);
       r.steering = o.steering;
-      job_of[engine.submit(
-          engine.prepare(std::move(r)),
-          {.on_token = [&tokens](const TokenEvent&) { ++tokens; }, .on_done = {}})] = i;
+      std::unique_ptr<SampleTrace> st;
+      if (!o.trace_dir.empty()) {
+        st = std::make_unique<SampleTrace>();
+        st->relative = std::filesystem::path(file_safe(j.method + "-" + j.budget_label)) /
+                       (file_safe(j.example->id) + "-s" + std::to_string(j.sample) + ".jsonl");
+        SampleTrace* raw = st.get();
+        st->trace = std::make_unique<CompressionTrace>(
+            [raw](const std::string& line) { raw->lines.push_back(line); }, &tokenizer);
+        r.on_compression = [raw](const CompressionEvent& e) { raw->trace->record(e); };
+      }
+      PreparedRequest prepared = engine.prepare(std::move(r));
+      if (st) st->trace->begin(prepared, model);
+      SampleTrace* raw = st.get();
+      const std::uint64_t id =
+          engine.submit(std::move(prepared), {.on_token =
+                                                  [&tokens, raw](const TokenEvent& e) {
+                                                    ++tokens;
+                                                    if (raw && e.token >= 0)
+                                                      raw->trace->token(e.token);
+                                                  },
+                                              .on_done = {}});
+      job_of[id] = i;
+      if (st) traces[id] = std::move(st);
     }
     const auto t0 = Clock::now();
     auto last = t0;
@@ -357,6 +397,22 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
                     {"kv_dtype", std::string(kv_dtype_name(result.kv_dtype))},
                     {"time_s", result.prefill_seconds + result.decode_seconds},
                     {"output", text}};
+        if (auto it = traces.find(result.id); it != traces.end()) {
+          // The trace is on disk (whole, renamed into place) before the record that names it.
+          SampleTrace& st = *it->second;
+          st.trace->end(result);
+          const std::filesystem::path path = o.trace_dir / st.relative;
+          std::filesystem::create_directories(path.parent_path());
+          const std::filesystem::path tmp = path.string() + ".tmp";
+          {
+            std::ofstream f(tmp, std::ios::binary);
+            for (const std::string& line : st.lines) f << line << '\n';
+            if (!f.flush()) throw Error(tmp.string() + ": cannot write the trace");
+          }
+          std::filesystem::rename(tmp, path);
+          rec["trace"] = st.relative.generic_string();
+          traces.erase(it);
+        }
         out.append(std::move(rec));
         ++finished;
         ++summary.generated_now;

@@ -56,6 +56,10 @@ struct RunnerOptions {
   // The model's TriAttention statistics (EngineOptions::query_stats; null: none).
   std::shared_ptr<const QueryStats> query_stats;
   std::filesystem::path out_dir;
+  // Non-empty: every sample's compression trace (engine/compression_trace.h, docs/USAGE.md) is
+  // written to trace_dir/METHOD-BUDGET/EXAMPLE-sSAMPLE.jsonl before its record, which names it
+  // ("trace"): the attention masks of G-KV's post-training (tools/tiny/post_train.py).
+  std::filesystem::path trace_dir;
   std::FILE* progress = stderr;  // progress bar; nullptr for quiet
 };
 

@@ -29,7 +29,7 @@ struct Args {
   float top_p = 0.95f;
   int top_k = 0;
   int max_new = 0;
-  std::string chat_template, chat_template_file, prompt_template, kv_memory, out;
+  std::string chat_template, chat_template_file, prompt_template, kv_memory, out, trace_dir;
   int max_batch = 0;
   int threads = 1;
   std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
@@ -73,6 +73,7 @@ void run(const Args& a) {
   o.kv_dtype = a.kv->kv_dtype();
   o.max_batch = a.max_batch;
   o.out_dir = a.out;
+  o.trace_dir = a.trace_dir;
 
   DeviceNeeds needs;
   needs.compressing_methods = compressing_methods(o.methods);
@@ -145,6 +146,11 @@ void setup(CLI::App& app) {
   add_flag_option(app, "-o,--out", a->out,
                   "Output directory (resumes when it already holds samples.jsonl)")
       ->required();
+  add_flag_option(app, "--trace-dir", a->trace_dir,
+                  "Write every sample's compression trace (its token ids and, per compression and "
+                  "KV head, the kept positions: the attention masks of G-KV's post-training) to "
+                  "DIR/METHOD-BUDGET/EXAMPLE-sSAMPLE.jsonl; each record names its file "
+                  "(\"trace\"; docs/USAGE.md)");
   add_precision_options(app, a->matmul_precision, a->attention_precision);
   add_device_option(app, a->device);
   add_threads_option(app, a->threads);

@@ -33,9 +33,53 @@ struct Args {
   int threads = 1;
   bool print_ids = false;
   std::string trace;
+  std::string logits_out;
+  std::string replay_ids;
   std::string dump_case;
   int dump_case_limit = 8;
   std::shared_ptr<GenerateFlags> gen = std::make_shared<GenerateFlags>();
+};
+
+// --logits-out: a NumPy .npy file of float32 rows [positions][vocab], written as they come; the
+// header, which holds the row count, is rewritten at the end (a fixed 128 bytes).
+class LogitsFile {
+ public:
+  LogitsFile(const std::string& path, int vocab)
+      : path_(path), vocab_(vocab), out_(path, std::ios::binary) {
+    if (!out_) throw Error(path + ": cannot open the logits file for writing");
+    write_header();
+  }
+  void row(std::span<const float> logits) {
+    out_.write(reinterpret_cast<const char*>(logits.data()),
+               static_cast<std::streamsize>(logits.size() * sizeof(float)));
+    if (!out_) throw Error(path_ + ": cannot write the logits file");
+    ++rows_;
+  }
+  void finish() {
+    out_.seekp(0);
+    write_header();
+    out_.close();
+    if (!out_) throw Error(path_ + ": cannot write the logits file");
+  }
+
+ private:
+  void write_header() {
+    std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                       std::to_string(rows_) + ", " + std::to_string(vocab_) + "), }";
+    dict.resize(kHeader - 10 - 1, ' ');
+    dict += '\n';
+    const char magic[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
+    out_.write(magic, 8);
+    const std::uint16_t n = static_cast<std::uint16_t>(dict.size());
+    const char len[2] = {static_cast<char>(n & 0xff), static_cast<char>(n >> 8)};
+    out_.write(len, 2);
+    out_.write(dict.data(), static_cast<std::streamsize>(dict.size()));
+  }
+  static constexpr std::size_t kHeader = 128;  // a multiple of 64, as NumPy aligns it
+  std::string path_;
+  int vocab_;
+  std::ofstream out_;
+  std::int64_t rows_ = 0;
 };
 
 void run(const Args& a) {
@@ -86,6 +130,17 @@ void run(const Args& a) {
   request.thinking_budget_message = g.thinking_budget_message;
   request.decode_text = !a.print_ids;
   request.steering = g.steering->load(*model);
+  if (!a.replay_ids.empty()) {
+    request.replay_ids = parse_int_list(a.replay_ids, "--replay-ids");
+    if (request.replay_ids.empty()) throw Error("--replay-ids: give at least one token id");
+    // One step past the last written token, so that its logits are computed too.
+    request.max_new_tokens = static_cast<int>(request.replay_ids.size()) + 1;
+  }
+  std::unique_ptr<LogitsFile> logits;
+  if (!a.logits_out.empty()) {
+    logits = std::make_unique<LogitsFile>(a.logits_out, model->config().vocab_size);
+    request.on_logits = [&logits](int, std::span<const float> row) { logits->row(row); };
+  }
   std::unique_ptr<CompressionTrace> trace;
   std::unique_ptr<CaseDumper> dumper;
   if (!a.trace.empty()) trace = std::make_unique<CompressionTrace>(a.trace, tokenizer.get());
@@ -121,6 +176,7 @@ void run(const Args& a) {
   engine.run_until_idle();
   const Completion c = engine.take_completions().at(0);
   if (trace) trace->end(c);
+  if (logits) logits->finish();
   if (c.stop_reason == "error") throw Error(c.error);
   if (a.print_ids)
     std::printf("%s\n", int_list_json(c.tokens).c_str());
@@ -173,6 +229,18 @@ void setup(CLI::App& app) {
       "Write a trace of the sequence to this file: its tokens and, per compression and KV "
       "head, the kept positions and score summaries (JSON lines, docs/USAGE.md; "
       "`rkv viz` draws it)")
+      ->group("KV compression");
+  add_flag_option(app, "--logits-out", a->logits_out,
+                  "Write the model's float32 logits at every position whose next token was "
+                  "picked (the prompt's last, then each generated token's) to this NumPy .npy "
+                  "file, one row of the vocabulary's size per position")
+      ->group("KV compression");
+  add_flag_option(app, "--replay-ids", a->replay_ids,
+                  "Write these comma-separated token ids instead of sampling (all of them, "
+                  "whatever -n says, unless an end-of-sequence id ends the sequence), compressing, "
+                  "tracing and recording logits "
+                  "as a generation would: the eviction of a sequence sampled elsewhere "
+                  "(docs/USAGE.md, \"Attention masks from a trace\")")
       ->group("KV compression");
   app.callback([a] { run(*a); });
 }

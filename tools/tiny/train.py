@@ -204,7 +204,12 @@ class Model(torch.nn.Module):
             for m in (blk.o_proj, blk.down_proj):
                 torch.nn.init.normal_(m.weight, std=0.02 / math.sqrt(2 * c.layers))
 
-    def forward(self, ids):
+    def forward(self, ids, masks=None):
+        """Logits [batch, t, vocab]. `masks`: None (causal attention), or one boolean tensor per
+        layer, [batch, kv_heads, t, t], True where a query position may attend to a key
+        position: the attention an evicting KV cache left each (layer, KV head), as
+        tools/tiny/masks.py builds it from an rkv trace; a KV head's mask applies to every query
+        head of its group."""
         c = self.c
         t = ids.shape[1]
         inv = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float32) /
@@ -212,10 +217,17 @@ class Model(torch.nn.Module):
         freqs = torch.outer(torch.arange(t, dtype=torch.float32), inv)
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos()[None, None], emb.sin()[None, None]
-        mask = torch.full((t, t), float("-inf")).triu(1)
+        causal = torch.full((t, t), float("-inf")).triu(1)
         table = self.embed_tokens.weight
         x = F.embedding(ids, table)
-        for blk in self.blocks:
+        group = c.heads // c.kv_heads
+        for i, blk in enumerate(self.blocks):
+            if masks is None:
+                mask = causal
+            else:
+                m = masks[i]
+                mask = torch.zeros(m.shape).masked_fill(~m, float("-inf"))
+                mask = mask.repeat_interleave(group, dim=1)
             x = blk(x, cos, sin, mask)
         return self.norm(x) @ table.T
 
