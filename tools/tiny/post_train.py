@@ -200,7 +200,7 @@ def grpo_advantages(samples: list) -> int:
         groups.setdefault(s.group, []).append(s)
     informative = 0
     for members in groups.values():
-        r = torch.tensor([m.reward for m in members])
+        r = torch.tensor([float(m.reward) for m in members], dtype=torch.float64)
         std = float(r.std(unbiased=False))
         if std > 0:
             informative += 1
