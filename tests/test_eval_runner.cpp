@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -141,6 +142,65 @@ TEST(EvalRunner, TracesEverySampleAndNamesItInTheRecord) {
     EXPECT_GT(compressions, 0) << name;
     EXPECT_FALSE(fs::exists(o.trace_dir / (name + ".tmp")));
   }
+  fs::remove_all(dir);
+}
+
+// RunnerOptions::replay (`rkv eval --replay`): every (problem, sample) writes the given ids
+// instead of sampling, under the run's method: replaying a full-cache run's outputs under rkv
+// gives back the same outputs (their ids in the traces), compressed; a job without ids is an error.
+TEST(EvalRunner, ReplaysGivenOutputsUnderAnotherMethod) {
+  const fs::path dir = write_fixture("replay", RandomCheckpointOptions{}.dtype, 2);
+  auto model = Model::load(dir / "model");
+  const Tokenizer tokenizer = Tokenizer::load(dir / "model");
+  const Dataset dataset = load_dataset(dir / "data.jsonl", {});
+  ThreadPool pool(2);
+  RunnerOptions o;
+  o.methods = {"fullkv"};
+  o.samples = 2;
+  o.max_new_tokens = 30;
+  o.temperature = 1.0f;
+  o.progress = nullptr;
+  o.out_dir = dir / "full";
+  o.trace_dir = dir / "full-traces";
+  run_eval(*model, tokenizer, dataset, o, pool);
+  const auto generated_ids = [](const fs::path& trace) {
+    std::vector<int> ids;
+    int prompt = 0;
+    for (const std::string& l : lines_of(trace)) {
+      const auto r = nlohmann::json::parse(l);
+      if (r.at("type") == "header") prompt = r.at("prompt_tokens");
+      if (r.at("type") == "tokens")
+        for (const auto& id : r.at("ids")) ids.push_back(id.get<int>());
+    }
+    return std::vector<int>(ids.begin() + prompt, ids.end());
+  };
+  std::map<std::pair<std::string, int>, std::string> outputs;
+  for (const std::string& line : lines_of(o.out_dir / "samples.jsonl")) {
+    const auto rec = nlohmann::json::parse(line);
+    const std::pair<std::string, int> key{rec.at("example_id"), rec.at("sample")};
+    o.replay[key] = generated_ids(o.trace_dir / rec.at("trace").get<std::string>());
+    outputs[key] = rec.at("output");
+  }
+  ASSERT_EQ(o.replay.size(), 4u);
+  o.methods = {"rkv"};
+  o.budgets = parse_budget_specs("12");
+  o.kv_settings = {{"buffer", "4"}, {"window", "4"}};
+  o.out_dir = dir / "replayed";
+  o.trace_dir = dir / "replayed-traces";
+  run_eval(*model, tokenizer, dataset, o, pool);
+  int compressed = 0;
+  for (const std::string& line : lines_of(o.out_dir / "samples.jsonl")) {
+    const auto rec = nlohmann::json::parse(line);
+    const std::pair<std::string, int> key{rec.at("example_id"), rec.at("sample")};
+    EXPECT_EQ(rec.at("output"), outputs.at(key));
+    const fs::path trace = o.trace_dir / rec.at("trace").get<std::string>();
+    EXPECT_EQ(generated_ids(trace), o.replay.at(key));
+    for (const std::string& l : lines_of(trace)) compressed += l.find("\"compression\"") != l.npos;
+  }
+  EXPECT_GT(compressed, 0);
+  o.replay.erase(o.replay.begin());
+  o.out_dir = dir / "missing";
+  EXPECT_THROW(run_eval(*model, tokenizer, dataset, o, pool), Error);
   fs::remove_all(dir);
 }
 

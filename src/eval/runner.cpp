@@ -346,6 +346,15 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
       r.decode_text = false;  // graded from the ids, special tokens skipped
       r.compression = make_params(j.method, j.budget);
       r.steering = o.steering;
+      if (!o.replay.empty()) {
+        const auto it = o.replay.find({j.example->id, j.sample});
+        if (it == o.replay.end())
+          throw Error("replay: no ids for example \"" + j.example->id + "\", sample " +
+                      std::to_string(j.sample));
+        r.replay_ids = it->second;
+        // One step past the last written token, so that its logits are computed too.
+        r.max_new_tokens = static_cast<int>(it->second.size()) + 1;
+      }
       std::unique_ptr<SampleTrace> st;
       if (!o.trace_dir.empty()) {
         st = std::make_unique<SampleTrace>();

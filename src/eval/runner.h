@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/query_stats.h"
@@ -60,6 +62,11 @@ struct RunnerOptions {
   // written to trace_dir/METHOD-BUDGET/EXAMPLE-sSAMPLE.jsonl before its record, which names it
   // ("trace"): the attention masks of G-KV's post-training (tools/tiny/post_train.py).
   std::filesystem::path trace_dir;
+  // Non-empty: a replay (Request::replay_ids) of given outputs instead of sampling, keyed by
+  // (example id, sample): every job writes its entry's ids (an end-of-sequence id among them
+  // ends it there), compressing and tracing as a generation would. A job without an entry is an
+  // error. G-KV's Distill replays the full-cache model's samples under eviction this way.
+  std::map<std::pair<std::string, int>, std::vector<int>> replay;
   std::FILE* progress = stderr;  // progress bar; nullptr for quiet
 };
 

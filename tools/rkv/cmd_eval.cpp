@@ -1,5 +1,8 @@
 // rkv eval: pass@1 against KV budget on a reasoning benchmark, through the batch engine.
 #include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "common.h"
@@ -29,12 +32,42 @@ struct Args {
   float top_p = 0.95f;
   int top_k = 0;
   int max_new = 0;
-  std::string chat_template, chat_template_file, prompt_template, kv_memory, out, trace_dir;
+  std::string chat_template, chat_template_file, prompt_template, kv_memory, out, trace_dir, replay;
   int max_batch = 0;
   int threads = 1;
   std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
   std::shared_ptr<SteeringArgs> steering = std::make_shared<SteeringArgs>();
 };
+
+// --replay FILE: JSON lines {"example_id", "sample", "ids"}, the output ids each (problem,
+// sample) writes instead of sampling.
+std::map<std::pair<std::string, int>, std::vector<int>> read_replay(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open the replay file");
+  std::map<std::pair<std::string, int>, std::vector<int>> out;
+  int line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no) + ": ";
+    try {
+      const auto r = nlohmann::json::parse(line);
+      auto ids = r.at("ids").get<std::vector<int>>();
+      if (ids.empty()) throw Error("no ids");
+      if (!out.emplace(
+                  std::make_pair(r.at("example_id").get<std::string>(), r.at("sample").get<int>()),
+                  std::move(ids))
+               .second)
+        throw Error("a second entry for the same example and sample");
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(where + "not a replay line {\"example_id\", \"sample\", \"ids\"}: " + e.what());
+    } catch (const Error& e) {
+      throw Error(where + e.what());
+    }
+  }
+  if (out.empty()) throw Error(path + ": no replay lines");
+  return out;
+}
 
 void run(const Args& a) {
   eval::DatasetOptions dataset_options;
@@ -74,6 +107,7 @@ void run(const Args& a) {
   o.max_batch = a.max_batch;
   o.out_dir = a.out;
   o.trace_dir = a.trace_dir;
+  if (!a.replay.empty()) o.replay = read_replay(a.replay);
 
   DeviceNeeds needs;
   needs.compressing_methods = compressing_methods(o.methods);
@@ -151,6 +185,11 @@ void setup(CLI::App& app) {
                   "KV head, the kept positions: the attention masks of G-KV's post-training) to "
                   "DIR/METHOD-BUDGET/EXAMPLE-sSAMPLE.jsonl; each record names its file "
                   "(\"trace\"; docs/USAGE.md)");
+  add_flag_option(app, "--replay", a->replay,
+                  "Write given outputs instead of sampling: a JSON-lines file of {\"example_id\", "
+                  "\"sample\", \"ids\"}, one per (problem, sample) run, compressing and tracing "
+                  "as a generation would (G-KV's Distill: a full-cache model's samples under "
+                  "eviction; docs/USAGE.md)");
   add_precision_options(app, a->matmul_precision, a->attention_precision);
   add_device_option(app, a->device);
   add_threads_option(app, a->threads);

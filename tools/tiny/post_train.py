@@ -9,7 +9,7 @@ that it learns to think under its own KV eviction. Three recipes:
   rl-full    the control: the same GRPO on full-cache samples with causal attention (the
              paper's RL-Full).
   distill    sample from the frozen full-cache model it starts from, replay each sample under
-             the current model's compression (rkv generate --replay-ids) for its masks, and
+             the current model's compression (rkv eval --replay) for its masks, and
              train the masked model toward the full-cache model's distribution with a
              temperature-scaled KL loss (tau^2 KL(p_full/tau || p_masked/tau) per token).
 
@@ -169,24 +169,30 @@ def rollouts_distill(args, iteration: int, work: str, problems: list) -> list:
     run(eval_cmd(args, args.base, dataset, out, "fullkv", 0, args.group, args.temperature,
                  args.seed * 7919 + iteration, trace_dir=os.path.join(work, "traces")),
         "the teacher's samples")
+    teacher = read_records(out)
+    replay_file = os.path.join(work, "replay.jsonl")
+    with open(replay_file, "w") as f:
+        for rec in teacher:
+            tr = masks.Trace(os.path.join(work, "traces", rec["trace"]))
+            generated = tr.ids[tr.prompt_tokens:]
+            if rec["stop_reason"] == "eos":
+                generated = generated + [tokenizer.EOS_ID]
+            f.write(json.dumps({"example_id": rec["example_id"], "sample": rec["sample"],
+                                "ids": generated}) + "\n")
+    # the same outputs under the current model's eviction: their masks
+    replayed = os.path.join(work, "replayed")
+    run(eval_cmd(args, os.path.join(args.out, "model"), dataset, replayed, args.method,
+                 args.budget, args.group, 1.0, 0, trace_dir=os.path.join(work, "replay-traces"))
+        + ["--replay", replay_file], "the replays")
+    by_key = {(r["example_id"], r["sample"]): r for r in read_records(replayed)}
     samples = []
-    for k, rec in enumerate(read_records(out)):
-        tr = masks.Trace(os.path.join(work, "traces", rec["trace"]))
-        generated = tr.ids[tr.prompt_tokens:]
-        if rec["stop_reason"] == "eos":
-            generated = generated + [tokenizer.EOS_ID]
-        if not generated:
-            continue
-        replay = os.path.join(work, f"replay-{k}.jsonl")
-        run([args.rkv, "generate", "-m", os.path.join(args.out, "model"), "--prompt-ids",
-             ",".join(map(str, tr.ids[: tr.prompt_tokens])), "--replay-ids",
-             ",".join(map(str, generated)), "--print-ids", "--kv-dtype", "f32",
-             "--kv-method", args.method, "--kv-budget", str(args.budget), "--kv-buffer",
-             str(args.buffer), "--trace", replay, "-t", str(args.threads)], "a replay")
-        ids, prompt, mask = sample_from_trace(replay, "length", True)
-        if rec["stop_reason"] == "eos":
-            ids.append(tokenizer.EOS_ID)
-            mask = masks.visibility(masks.Trace(replay), len(ids) - 1)
+    for rec in teacher:
+        r = by_key[(rec["example_id"], rec["sample"])]
+        ids, prompt, mask = sample_from_trace(os.path.join(work, "replay-traces", r["trace"]),
+                                              r["stop_reason"], True)
+        if r["output"] != rec["output"]:
+            sys.exit(f"post_train: the replay of {rec['example_id']} sample {rec['sample']} "
+                     "wrote another output than the teacher's")
         samples.append(Sample(ids, prompt, mask, float(rec["correct"]),
                               rec["stop_reason"] == "length", rec["example_index"]))
     return samples
@@ -383,6 +389,13 @@ def main() -> None:
                   "validation_seed": VALIDATION_SEED, "settings": settings(args)}
         with open(record_path, "w") as f:
             json.dump(record, f, indent=1)
+
+    # The rollouts run a private copy of rkv: a rebuild of build/rkv during a run cannot pull
+    # the binary from under it.
+    private = os.path.join(args.out, "rkv")
+    shutil.copy(args.rkv, private + ".tmp")
+    os.replace(private + ".tmp", private)
+    args.rkv = private
 
     model = load_model(args.base)
     teacher = None
