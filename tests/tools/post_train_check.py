@@ -74,8 +74,16 @@ for sign in (1.0, -1.0):
 # distill: a student equal to its teacher has zero KL and no gradient to follow
 teacher = train.Model(c)
 teacher.load_state_dict(model.state_dict())
-dargs = argparse.Namespace(micro_batch=8, tau=2.0)
+dargs = argparse.Namespace(micro_batch=8, tau=2.0, full_weight=1.0)
 s = pt.Sample([5, 6, 7, 8, 9], 2, None)
 stats = pt.train_distill(dargs, model, teacher, torch.optim.SGD(model.parameters(), lr=0.0), [s])
-check(abs(stats["kl"]) < 1e-6, f"KL of a model to itself: {stats['kl']:.2e}")
+check(abs(stats["kl"]) < 1e-6 and abs(stats["kl_full"]) < 1e-6,
+      f"KL of a model to itself: {stats['kl']:.2e}, full-cache anchor {stats['kl_full']:.2e}")
+# a masked student differs from its full-cache teacher: the KL is positive, the anchor is not
+m = torch.ones(1, 1, 4, 4, dtype=torch.bool).tril()
+m[0, 0, 3, :2] = False
+s = pt.Sample([5, 6, 7, 8, 9], 2, m)
+stats = pt.train_distill(dargs, model, teacher, torch.optim.SGD(model.parameters(), lr=0.0), [s])
+check(stats["kl"] > 1e-6 and abs(stats["kl_full"]) < 1e-6,
+      f"masked student: KL {stats['kl']:.2e} > 0, anchor {stats['kl_full']:.2e} = 0")
 sys.exit(1 if failures else 0)

@@ -52,12 +52,13 @@ import train  # noqa: E402
 RECIPES = ("rl-sparse", "rl-full", "distill")
 VALIDATION_SEED = 11  # validation problems: task.py's draws with this seed, minus held-out ones
 LOG_FIELDS = ["iteration", "rollout_tokens", "trained_tokens", "reward", "truncated",
-              "groups_with_signal", "loss", "kl", "grad_norm", "lr", "rollout_s", "train_s",
+              "groups_with_signal", "loss", "kl", "kl_full", "grad_norm", "lr", "rollout_s", "train_s",
               "seconds", "val_method", "val_full"]
 # Settings that must not change when a run resumes (the rest may: more iterations, a larger
 # token budget, the eval cadence, threads).
 FIXED = ("base", "family", "recipe", "method", "budget", "buffer", "problems", "group", "lr",
-         "temperature", "tau", "clip", "updates", "seed", "max_new_tokens", "weight_decay")
+         "temperature", "tau", "clip", "updates", "seed", "max_new_tokens", "weight_decay",
+         "full_weight")
 
 
 def sha256(path: str) -> str:
@@ -282,6 +283,12 @@ def train_rl(args, model, opt, samples: list) -> dict:
     return stats
 
 
+def kl_to(p_log, logits, tau):
+    """KL(p || softmax(logits / tau)) per position, p given as log-probabilities."""
+    q = torch.log_softmax(logits / tau, dim=-1)
+    return (p_log.exp() * (p_log - q)).sum(-1)
+
+
 def train_distill(args, model, teacher, opt, samples: list) -> dict:
     n_tokens = sum(len(s.ids) - s.prompt for s in samples)
     stats = {"kl": 0.0, "grad_norm": 0.0, "trained_tokens": n_tokens}
@@ -296,12 +303,18 @@ def train_distill(args, model, teacher, opt, samples: list) -> dict:
         ids, targets, mask = batch_tensors(chunk, c.layers, c.kv_heads)
         with torch.no_grad():
             p_full = torch.log_softmax(teacher(ids) / tau, dim=-1)
-        q = torch.log_softmax(model(ids, mask) / tau, dim=-1)
-        kl = (p_full.exp() * (p_full - q)).sum(-1)  # KL(p_full || q) per position
         on = (targets != -100).float()
+        kl = kl_to(p_full, model(ids, mask), tau)  # KL(p_full || q_masked) per position
         loss = tau * tau * (kl * on).sum() / n_tokens
-        loss.backward()
         total += float(loss)
+        if args.full_weight > 0:
+            # the anchor: the model with a full cache kept at the teacher's distribution
+            anchor = kl_to(p_full, model(ids), tau)
+            a = args.full_weight * tau * tau * (anchor * on).sum() / n_tokens
+            stats["kl_full"] = stats.get("kl_full", 0.0) + float(a) / (
+                args.full_weight * tau * tau)
+            loss = loss + a
+        loss.backward()
     stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
     opt.step()
     stats["kl"] = total / (tau * tau)
@@ -320,6 +333,14 @@ def validate(args, work: str) -> tuple:
         recs = read_records(d)
         out.append(sum(r["correct"] for r in recs) / len(recs))
     return tuple(out)
+
+
+def keep_checkpoint(args, iteration: int) -> None:
+    """The weights validated at `iteration`, kept as OUT/checkpoints/ITERATION (the layout rkv
+    loads): ship_adapted.py --iteration N ships one of them."""
+    dest = os.path.join(args.out, "checkpoints", str(iteration))
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(os.path.join(args.out, "model"), dest)
 
 
 def settings(args) -> dict:
@@ -351,6 +372,10 @@ def main() -> None:
                     help="sampling temperature of the rollouts, top-p 1; GRPO's log-probabilities "
                          "are taken at the same temperature (default 0.7)")
     ap.add_argument("--tau", type=float, default=1.0, help="distill: KL temperature (default 1)")
+    ap.add_argument("--full-weight", type=float, default=0.0,
+                    help="distill: weight of a second KL term, the full-cache model's own (causal "
+                         "attention) to the teacher, that keeps its full-cache accuracy; 0 is the "
+                         "paper's recipe (default 0)")
     ap.add_argument("--clip", type=float, default=0.2, help="GRPO's ratio clip (default 0.2)")
     ap.add_argument("--updates", type=int, default=1,
                     help="optimizer steps per batch of rollouts (default 1: on-policy)")
@@ -377,6 +402,7 @@ def main() -> None:
     if os.path.exists(record_path):
         with open(record_path) as f:
             before = json.load(f)
+        before["settings"].setdefault("full_weight", 0.0)  # runs from before the option
         changed = [k for k in FIXED if before["settings"].get(k) != getattr(args, k)]
         if changed:
             sys.exit(f"post_train: {args.out} was started with other settings ({', '.join(changed)}"
@@ -430,6 +456,7 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
         vm, vf = validate(args, work)
+        keep_checkpoint(args, 0)
         write_log(log_path, {"iteration": 0, "rollout_tokens": 0, "val_method": f"{vm:.3f}",
                              "val_full": f"{vf:.3f}", "seconds": f"{time.time() - t0:.1f}"})
         print(f"iteration 0: validation {args.method} {args.budget}: {vm:.3f}, full: {vf:.3f}",
@@ -456,6 +483,8 @@ def main() -> None:
         if args.recipe == "distill":
             stats = train_distill(args, model, teacher, opt, samples)
             row["kl"] = f"{stats['kl']:.5f}"
+            if "kl_full" in stats:
+                row["kl_full"] = f"{stats['kl_full']:.5f}"
         else:
             row["groups_with_signal"] = grpo_advantages(samples)
             stats = train_rl(args, model, opt, samples)
@@ -468,6 +497,7 @@ def main() -> None:
         if done % args.eval_every == 0 or done == args.iterations:
             vm, vf = validate(args, work)
             row["val_method"], row["val_full"] = f"{vm:.3f}", f"{vf:.3f}"
+            keep_checkpoint(args, done)
         row["seconds"] = f"{time.time() - t0:.1f}"
         write_log(log_path, row)
         print(" ".join(f"{k} {row[k]}" for k in LOG_FIELDS if k in row), flush=True)
@@ -480,6 +510,15 @@ def main() -> None:
 
 def write_log(path: str, row: dict) -> None:
     new = not os.path.exists(path)
+    if not new:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames != LOG_FIELDS:  # a log from an older version: new columns
+                rows = list(reader)
+                with open(path, "w", newline="") as g:
+                    w = csv.DictWriter(g, fieldnames=LOG_FIELDS)
+                    w.writeheader()
+                    w.writerows(rows)
     with open(path, "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=LOG_FIELDS)
         if new:
