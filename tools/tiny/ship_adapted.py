@@ -4,14 +4,16 @@ weights in the layout rkv loads, TriAttention's query statistics of its own, pos
 (the base model, method, budget, buffer, held-out dataset, preset, recipe, seeds and every
 setting, and the accuracies measured here), the run's log and curves, and a model card.
 
-    /usr/bin/python3 tools/tiny/ship_adapted.py runs/post/chains-gkv96-rlsparse \
-        models/rkv-tiny-reasoner-gkv96
+    /usr/bin/python3 tools/tiny/ship_adapted.py runs/post/chains-gkv96-distill-anchor \
+        models/rkv-tiny-reasoner-gkv96 --iteration 20
 
 The accuracies are rkv's greedy pass@1 on the first 50 problems of the held-out set (on which
 nothing is ever trained), at the trained method and budget and with a full cache, for the
 adapted model and for the model it started from; the CI test (tests/test_post_training.cpp)
 checks the adapted model's figures on every run.
 """
+import argparse
+import csv
 import json
 import os
 import shutil
@@ -49,18 +51,30 @@ def pass_at_1(rkv, model, dataset, preset, method, budget, buffer):
 
 
 def main() -> None:
-    if len(sys.argv) not in (3, 4):
-        sys.exit(__doc__)
-    run_dir, dest = sys.argv[1], sys.argv[2].rstrip("/")
-    rkv = sys.argv[3] if len(sys.argv) == 4 else "build/rkv"
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dir", help="a post_train.py run directory")
+    ap.add_argument("dest", help="the model directory to write (models/NAME)")
+    ap.add_argument("--iteration", type=int, default=-1,
+                    help="ship the weights validated at this iteration (RUN/checkpoints/N; "
+                         "chosen on the validation problems, never the held-out ones) instead "
+                         "of the last ones")
+    ap.add_argument("--rkv", default="build/rkv", help="the rkv binary (default build/rkv)")
+    a = ap.parse_args()
+    run_dir, dest, rkv = a.run_dir, a.dest.rstrip("/"), a.rkv
     with open(os.path.join(run_dir, "run.json")) as f:
         record = json.load(f)
     s = record["settings"]
+    s.setdefault("full_weight", 0.0)  # runs from before the option
     family = s["family"]
     dataset, preset = HELD_OUT[family], family
     os.makedirs(dest, exist_ok=True)
+    weights = os.path.join(run_dir, "model")
+    if a.iteration >= 0:
+        weights = os.path.join(run_dir, "checkpoints", str(a.iteration))
+        if not os.path.isdir(weights):
+            sys.exit(f"ship_adapted: no checkpoint {weights} (one is kept at every validation)")
     for name in FILES:
-        shutil.copy(os.path.join(run_dir, "model", name), os.path.join(dest, name))
+        shutil.copy(os.path.join(weights, name), os.path.join(dest, name))
     shutil.copy(os.path.join(run_dir, "log.csv"), os.path.join(dest, "post_training_log.csv"))
     name = os.path.basename(dest)
     title = f"{name}: {record['recipe']} for {s['method']} at budget {s['budget']}"
@@ -76,8 +90,11 @@ def main() -> None:
         "base": pass_at_1(rkv, s["base"], dataset, preset, method, budget, buffer),
         "base_full_cache": pass_at_1(rkv, s["base"], dataset, preset, "fullkv", 0, 0),
     }
-    log = list(open(os.path.join(run_dir, "log.csv")))
-    last = log[-1].split(",")
+    with open(os.path.join(run_dir, "log.csv"), newline="") as f:
+        log = list(csv.DictReader(f))
+    if a.iteration >= 0:
+        log = [r for r in log if int(r["iteration"]) <= a.iteration]
+    last = log[-1]
     post = {
         "base_model": s["base"],
         "base_model_sha256": record["base_model_sha256"],
@@ -91,9 +108,11 @@ def main() -> None:
             "validation_seed"]},
         "hyperparameters": {k: s[k] for k in (
             "problems", "group", "lr", "weight_decay", "temperature", "tau", "clip", "updates",
-            "max_new_tokens", "iterations", "token_budget", "micro_batch")},
-        "iterations_run": int(last[0]),
-        "rollout_tokens": int(last[1]),
+            "max_new_tokens", "iterations", "token_budget", "micro_batch", "full_weight")},
+        "iteration_shipped": int(last["iteration"]),
+        "rollout_tokens": int(last["rollout_tokens"]),
+        "validation_at_iteration_shipped": {"method": last["val_method"],
+                                            "full_cache": last["val_full"]},
         "trained_on": f"tools/tiny/task.py draws ({family}), a seed per iteration, skipping the "
                       f"held-out set ({dataset}) and the {s['val_problems']} validation problems",
         "started": record["started"],
@@ -102,7 +121,7 @@ def main() -> None:
         "command": f"/usr/bin/python3 tools/tiny/post_train.py --out {run_dir} " + " ".join(
             f"--{k.replace('_', '-')} {s[k]}" for k in (
                 "base", "family", "recipe", "method", "budget", "buffer", "problems", "group",
-                "lr", "temperature", "tau", "iterations", "eval_every", "seed")),
+                "lr", "temperature", "tau", "full_weight", "iterations", "eval_every", "seed")),
     }
     with open(os.path.join(dest, "post_training.json"), "w") as f:
         json.dump(post, f, indent=1)
@@ -113,6 +132,7 @@ def main() -> None:
 
 def write_card(dest, name, p, recipe):
     m = p["pass_at_1_first_50"]
+    h = p["hyperparameters"]
     text = f"""# {name}
 
 [{os.path.basename(p['base_model'])}](../{os.path.basename(p['base_model'])}/README.md) after
@@ -133,17 +153,20 @@ The whole accuracy-against-budget picture, every method, is in
 
 ![training curves](curves.svg)
 
-`curves.svg` draws `post_training_log.csv`: validation pass@1 (greedy, {p['hyperparameters']['problems']}
-problems per iteration trained on, validation on 100 problems of their own) at the trained
-budget and with a full cache, the rollouts' mean reward, and the loss or KL. Every setting,
-seed and the token budget are in `post_training.json`; `query_stats.safetensors` is this
+`curves.svg` draws `post_training_log.csv`: per iteration ({h['problems']} fresh problems x
+{h['group']} samples), the rollouts' mean reward and the loss or KL; every few iterations the
+greedy pass@1 on 100 validation problems of their own, at the trained budget and with a full
+cache. The weights shipped are those validated at iteration {p['iteration_shipped']}
+(validation: {p['validation_at_iteration_shipped']['method']} at the budget,
+{p['validation_at_iteration_shipped']['full_cache']} with a full cache). Every setting, the
+seeds and the token budget are in `post_training.json`; `query_stats.safetensors` is this
 model's own TriAttention calibration (`rkv calibrate` on the family's calibration text).
 
 Reproduce (about {p['rollout_tokens'] // 1_000_000 or 1} million rollout tokens; resumable):
 
 ```sh
 {p['command']}
-/usr/bin/python3 tools/tiny/ship_adapted.py {p['command'].split('--out ')[1].split()[0]} models/{name}
+/usr/bin/python3 tools/tiny/ship_adapted.py {p['command'].split('--out ')[1].split()[0]} models/{name} --iteration {p['iteration_shipped']}
 ```
 """
     with open(os.path.join(dest, "README.md"), "w") as f:
