@@ -61,8 +61,9 @@ def main() -> None:
            f'font-family="sans-serif" font-size="12">',
            f'<rect width="{W}" height="{height}" fill="white"/>',
            f'<text x="{(W - R + L) / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>']
+    reward = "teacher's reward" if col("kl") else "rollout reward"  # distill: the teacher samples
     panel(out, T, [("val, trained budget", col("val_method")), ("val, full cache", col("val_full")),
-                   ("rollout reward", col("reward"))], "pass@1 / reward", x_max, 0.0, 1.0)
+                   (reward, col("reward"))], "pass@1 / reward", x_max, 0.0, 1.0)
     second = col("kl") or col("loss")
     panel(out, T + PH + GAP, [("KL to full cache" if col("kl") else "GRPO loss", second)],
           "KL" if col("kl") else "loss", x_max)
