@@ -154,7 +154,8 @@ The whole accuracy-against-budget picture, every method, is in
 ![training curves](curves.svg)
 
 `curves.svg` draws `post_training_log.csv`: per iteration ({h['problems']} fresh problems x
-{h['group']} samples), the rollouts' mean reward and the loss or KL; every few iterations the
+{h['group']} samples), the samples' mean reward (for Distill, the full-cache teacher's) and the
+loss or KL; every few iterations the
 greedy pass@1 on 100 validation problems of their own, at the trained budget and with a full
 cache. The weights shipped are those validated at iteration {p['iteration_shipped']}
 (validation: {p['validation_at_iteration_shipped']['method']} at the budget,
@@ -162,7 +163,7 @@ cache. The weights shipped are those validated at iteration {p['iteration_shippe
 seeds and the token budget are in `post_training.json`; `query_stats.safetensors` is this
 model's own TriAttention calibration (`rkv calibrate` on the family's calibration text).
 
-Reproduce (about {p['rollout_tokens'] // 1_000_000 or 1} million rollout tokens; resumable):
+Reproduce ({p['rollout_tokens']:,} rollout tokens to the iteration shipped; resumable):
 
 ```sh
 {p['command']}
