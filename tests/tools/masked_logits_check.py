@@ -39,24 +39,6 @@ TOLERANCE = 1e-5
 CONTROL_MIN = 0.5
 
 
-class Args:
-    def __init__(self, d: dict):
-        self.__dict__.update(d)
-
-
-def load_model(model_dir: str) -> train.Model:
-    with open(os.path.join(model_dir, "config.json")) as f:
-        hf = json.load(f)
-    c = train.Config(Args({"hidden": hf["hidden_size"], "layers": hf["num_hidden_layers"],
-                           "heads": hf["num_attention_heads"],
-                           "kv_heads": hf["num_key_value_heads"],
-                           "ffn": hf["intermediate_size"]}))
-    model = train.Model(c)
-    train.load_exported(model, model_dir)
-    model.eval()
-    return model
-
-
 def run(cmd):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -108,7 +90,8 @@ def main() -> None:
     ap.add_argument("--buffer", type=int, default=16, help="--kv-buffer (default 16)")
     args = ap.parse_args()
     torch.set_num_threads(2)
-    model = load_model(args.model)
+    model = train.from_exported(args.model)
+    model.eval()
     with open(args.dataset) as f:
         problems = [json.loads(line)["problem"] for line in f][: args.problems]
     ok = True

@@ -32,7 +32,6 @@ import argparse
 import csv
 import hashlib
 import json
-import math
 import os
 import random
 import shutil
@@ -41,7 +40,6 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import masks  # noqa: E402
@@ -67,18 +65,6 @@ def sha256(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def load_model(model_dir: str) -> train.Model:
-    with open(os.path.join(model_dir, "config.json")) as f:
-        hf = json.load(f)
-    c = train.Config(argparse.Namespace(hidden=hf["hidden_size"], layers=hf["num_hidden_layers"],
-                                        heads=hf["num_attention_heads"],
-                                        kv_heads=hf["num_key_value_heads"],
-                                        ffn=hf["intermediate_size"]))
-    model = train.Model(c)
-    train.load_exported(model, model_dir)
-    return model
 
 
 def run(cmd, what):
@@ -423,10 +409,10 @@ def main() -> None:
     os.replace(private + ".tmp", private)
     args.rkv = private
 
-    model = load_model(args.base)
+    model = train.from_exported(args.base)
     teacher = None
     if args.recipe == "distill":
-        teacher = load_model(args.base)
+        teacher = train.from_exported(args.base)
         teacher.eval()
         for p in teacher.parameters():
             p.requires_grad_(False)

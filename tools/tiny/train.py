@@ -314,6 +314,18 @@ def load_exported(model: Model, model_dir: str) -> None:
     assert not tensors, f"unused tensors in {model_dir}: {sorted(tensors)}"
 
 
+def from_exported(model_dir: str) -> Model:
+    """A Model of an exported checkpoint's shape (its config.json) with its weights."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        hf = json.load(f)
+    c = Config(argparse.Namespace(hidden=hf["hidden_size"], layers=hf["num_hidden_layers"],
+                                  heads=hf["num_attention_heads"],
+                                  kv_heads=hf["num_key_value_heads"], ffn=hf["intermediate_size"]))
+    model = Model(c)
+    load_exported(model, model_dir)
+    return model
+
+
 def held_out_problems(family: str = "chains", rate: float = task.REDUNDANCY) -> set:
     return {p["problem"] for p in task.problems(HELD_OUT_SEED, 200, family, rate)}
 
