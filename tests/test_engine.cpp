@@ -300,7 +300,8 @@ TEST_F(EngineTest, AReplayOfAGreedyRunGivesItsLogitsAndCompressions) {
   // (when it outgrows the budget) by the first token after it.
   for (const auto& [step, first] : greedy_seen.compressions)
     EXPECT_EQ(first, step > g.prompt_tokens ? step - 1 : step);
-  // A replay's ids must be in the vocabulary; one ending early stops at its end ("length").
+  // A replay's ids must be in the vocabulary; one ending early stops at its end ("length"), one
+  // step past its last token.
   Request bad = greedy(q, "fullkv", 0);
   bad.replay_ids = {1, model_->config().vocab_size};
   try {
@@ -311,6 +312,7 @@ TEST_F(EngineTest, AReplayOfAGreedyRunGivesItsLogitsAndCompressions) {
   }
   Request partial = greedy(q, "fullkv", 0);
   partial.replay_ids = {g.tokens.begin(), g.tokens.begin() + 5};
+  partial.max_new_tokens = 2;  // a replay runs to its end whatever this says
   Seen partial_seen;
   const Completion p = run(partial, partial_seen);
   EXPECT_EQ(p.tokens, partial.replay_ids);

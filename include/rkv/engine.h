@@ -92,11 +92,13 @@ struct Request {
   // client tests on checkpoints that cannot write tool calls). Tokens the engine forces (a thinking
   // budget's close, answer_prefix) are written as usual and take nothing from the script.
   std::optional<std::string> scripted_reply;
-  // A replay (`rkv generate --replay-ids`, G-KV post-training's masks for a sequence sampled
-  // elsewhere): where the engine would sample, it writes these token ids in order instead, as
-  // many as max_new_tokens allows; an end-of-sequence id among them ends the sequence there
-  // ("eos"), and the sequence ends ("length") once all are written. Compression, traces and
-  // logits go on as in any generation. Excludes scripted_reply.
+  // A replay (`rkv generate --replay-ids`, `rkv eval --replay`: G-KV post-training's masks for a
+  // sequence sampled elsewhere): where the engine would sample, it writes these token ids in
+  // order instead, all of them whatever max_new_tokens says (prepare() sets it to their count
+  // plus one, the step that computes the last one's logits; the context still bounds it); an
+  // end-of-sequence id among them ends the sequence there ("eos"), and the sequence ends
+  // ("length") once all are written. Compression, traces and logits go on as in any generation.
+  // Excludes scripted_reply.
   std::vector<int> replay_ids;
   // Called on the engine's thread with the model's logits ([vocab size], before any sampling
   // adjustment) wherever the engine picks a next token: after the prompt's last position, then

@@ -69,6 +69,15 @@ int Engine::context_size() const {
 
 PreparedRequest Engine::prepare(Request request) const {
   const ModelConfig& c = model_.config();
+  // Token ids given to the model (the prompt's, a replay's) must name rows of its embedding.
+  const auto require_in_vocabulary = [&c](const std::vector<int>& ids, const std::string& what,
+                                          const char* field) {
+    for (int id : ids)
+      if (id < 0 || id >= c.vocab_size)
+        throw RequestError(what + " " + std::to_string(id) + " is outside the vocabulary (size " +
+                               std::to_string(c.vocab_size) + ")",
+                           field);
+  };
   const int sources =
       !request.text.empty() + !request.messages.empty() + !request.prompt_ids.empty();
   if (sources != 1)
@@ -114,12 +123,14 @@ PreparedRequest Engine::prepare(Request request) const {
     p.prompt.assign(ids.begin(), ids.end());
     if (p.prompt.empty()) throw Error("the prompt is empty after tokenization");
   }
-  for (int id : p.prompt)
-    if (id < 0 || id >= c.vocab_size)
-      throw RequestError("prompt token id " + std::to_string(id) +
-                             " is outside the vocabulary (size " + std::to_string(c.vocab_size) +
-                             ")",
-                         "prompt");
+  require_in_vocabulary(p.prompt, "prompt token id", "prompt");
+  if (!request.replay_ids.empty()) {
+    if (request.scripted_reply) throw Error("a replay and a scripted reply exclude each other");
+    require_in_vocabulary(request.replay_ids, "replay: token id", "replay_ids");
+    // A replay runs to its end, and one step past its last token so that its logits are
+    // computed too (the context still bounds it below).
+    request.max_new_tokens = static_cast<int>(request.replay_ids.size()) + 1;
+  }
   if (request.max_new_tokens < 0) throw Error("the number of tokens to generate must be >= 0");
   const int context = context_size();
   const int prompt = static_cast<int>(p.prompt.size());
@@ -178,15 +189,6 @@ PreparedRequest Engine::prepare(Request request) const {
   if (request.steering.enabled())
     check_steering_vector(*request.steering.vector, c, {}, "steering");
 
-  if (!request.replay_ids.empty()) {
-    if (request.scripted_reply) throw Error("a replay and a scripted reply exclude each other");
-    for (int id : request.replay_ids)
-      if (id < 0 || id >= c.vocab_size)
-        throw RequestError("replay: token id " + std::to_string(id) +
-                               " is outside the vocabulary (size " + std::to_string(c.vocab_size) +
-                               ")",
-                           "replay_ids");
-  }
   if (request.seed_tokens < 0 || request.seed_tokens >= prompt)
     throw Error("seed tokens must be between 0 and the prompt's length less one, not " +
                 std::to_string(request.seed_tokens));

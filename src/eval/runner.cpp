@@ -351,9 +351,7 @@ RunSummary run_eval(const Model& model, const Tokenizer& tokenizer, const Datase
         if (it == o.replay.end())
           throw Error("replay: no ids for example \"" + j.example->id + "\", sample " +
                       std::to_string(j.sample));
-        r.replay_ids = it->second;
-        // One step past the last written token, so that its logits are computed too.
-        r.max_new_tokens = static_cast<int>(it->second.size()) + 1;
+        r.replay_ids = it->second;  // prepare() lets it run to its end
       }
       std::unique_ptr<SampleTrace> st;
       if (!o.trace_dir.empty()) {

@@ -133,8 +133,6 @@ void run(const Args& a) {
   if (!a.replay_ids.empty()) {
     request.replay_ids = parse_int_list(a.replay_ids, "--replay-ids");
     if (request.replay_ids.empty()) throw Error("--replay-ids: give at least one token id");
-    // One step past the last written token, so that its logits are computed too.
-    request.max_new_tokens = static_cast<int>(request.replay_ids.size()) + 1;
   }
   std::unique_ptr<LogitsFile> logits;
   if (!a.logits_out.empty()) {
