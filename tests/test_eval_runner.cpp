@@ -92,6 +92,31 @@ TEST(EvalRunner, ResumesAnInterruptedRunToTheSameRecords) {
   fs::remove_all(dir);
 }
 
+// One sample's trace file (engine/compression_trace.h), as these tests read it.
+struct TraceFile {
+  std::size_t lines = 0;
+  std::string first_type;  // the first line's "type"
+  nlohmann::json header;
+  std::vector<int> ids;  // the prompt's, then the generated ones
+  std::vector<nlohmann::json> compressions;
+  std::vector<int> generated() const {
+    return {ids.begin() + header.at("prompt_tokens").get<int>(), ids.end()};
+  }
+};
+
+TraceFile read_trace(const fs::path& path) {
+  TraceFile t;
+  for (const std::string& l : lines_of(path)) {
+    auto r = nlohmann::json::parse(l);
+    if (t.lines++ == 0) t.first_type = r.at("type");
+    if (r.at("type") == "header") t.header = r;
+    if (r.at("type") == "tokens")
+      for (const auto& id : r.at("ids")) t.ids.push_back(id.get<int>());
+    if (r.at("type") == "compression") t.compressions.push_back(std::move(r));
+  }
+  return t;
+}
+
 // --trace-dir: every sample's trace is on disk and named by its record; its tokens are the
 // prompt and the generated ids, and each compression says which position first read it (the one
 // whose decode step compressed, or the first after the prompt).
@@ -118,28 +143,23 @@ TEST(EvalRunner, TracesEverySampleAndNamesItInTheRecord) {
     const std::string name = rec.at("trace");
     EXPECT_EQ(name, "rkv-12/" + rec.at("example_id").get<std::string>() + "-s" +
                         std::to_string(rec.at("sample").get<int>()) + ".jsonl");
-    const auto trace = lines_of(o.trace_dir / name);
-    ASSERT_GE(trace.size(), 3u) << name;
-    const auto header = nlohmann::json::parse(trace.front());
-    EXPECT_EQ(header.at("method"), "rkv");
-    EXPECT_EQ(header.at("budget"), 12);
-    const int prompt = header.at("prompt_tokens");
+    const TraceFile trace = read_trace(o.trace_dir / name);
+    ASSERT_GE(trace.lines, 3u) << name;
+    ASSERT_EQ(trace.first_type, "header") << name;
+    EXPECT_EQ(trace.header.at("method"), "rkv");
+    EXPECT_EQ(trace.header.at("budget"), 12);
+    const int prompt = trace.header.at("prompt_tokens");
     EXPECT_EQ(prompt, rec.at("prompt_tokens").get<int>());
-    std::size_t ids = 0;
-    int compressions = 0;
-    for (const std::string& l : trace) {
-      const auto r = nlohmann::json::parse(l);
-      if (r.at("type") == "tokens") ids += r.at("ids").size();
-      if (r.at("type") != "compression") continue;
-      ++compressions;
+    for (const auto& r : trace.compressions) {
       const std::int64_t step = r.at("step"), first = r.at("first_reader");
-      EXPECT_EQ(first, step > prompt ? step - 1 : step) << l;
-      for (const auto& k : r.at("kept_positions")) EXPECT_LT(k.get<std::int64_t>(), step) << l;
-      EXPECT_LE(r.at("n_after").get<int>(), 12) << l;
+      EXPECT_EQ(first, step > prompt ? step - 1 : step) << r.dump();
+      for (const auto& k : r.at("kept_positions"))
+        EXPECT_LT(k.get<std::int64_t>(), step) << r.dump();
+      EXPECT_LE(r.at("n_after").get<int>(), 12) << r.dump();
     }
-    EXPECT_EQ(ids,
+    EXPECT_EQ(trace.ids.size(),
               static_cast<std::size_t>(prompt) + rec.at("generated_tokens").get<std::size_t>());
-    EXPECT_GT(compressions, 0) << name;
+    EXPECT_GT(trace.compressions.size(), 0u) << name;
     EXPECT_FALSE(fs::exists(o.trace_dir / (name + ".tmp")));
   }
   fs::remove_all(dir);
@@ -163,22 +183,11 @@ TEST(EvalRunner, ReplaysGivenOutputsUnderAnotherMethod) {
   o.out_dir = dir / "full";
   o.trace_dir = dir / "full-traces";
   run_eval(*model, tokenizer, dataset, o, pool);
-  const auto generated_ids = [](const fs::path& trace) {
-    std::vector<int> ids;
-    int prompt = 0;
-    for (const std::string& l : lines_of(trace)) {
-      const auto r = nlohmann::json::parse(l);
-      if (r.at("type") == "header") prompt = r.at("prompt_tokens");
-      if (r.at("type") == "tokens")
-        for (const auto& id : r.at("ids")) ids.push_back(id.get<int>());
-    }
-    return std::vector<int>(ids.begin() + prompt, ids.end());
-  };
   std::map<std::pair<std::string, int>, std::string> outputs;
   for (const std::string& line : lines_of(o.out_dir / "samples.jsonl")) {
     const auto rec = nlohmann::json::parse(line);
     const std::pair<std::string, int> key{rec.at("example_id"), rec.at("sample")};
-    o.replay[key] = generated_ids(o.trace_dir / rec.at("trace").get<std::string>());
+    o.replay[key] = read_trace(o.trace_dir / rec.at("trace").get<std::string>()).generated();
     outputs[key] = rec.at("output");
   }
   ASSERT_EQ(o.replay.size(), 4u);
@@ -188,16 +197,16 @@ TEST(EvalRunner, ReplaysGivenOutputsUnderAnotherMethod) {
   o.out_dir = dir / "replayed";
   o.trace_dir = dir / "replayed-traces";
   run_eval(*model, tokenizer, dataset, o, pool);
-  int compressed = 0;
+  std::size_t compressed = 0;
   for (const std::string& line : lines_of(o.out_dir / "samples.jsonl")) {
     const auto rec = nlohmann::json::parse(line);
     const std::pair<std::string, int> key{rec.at("example_id"), rec.at("sample")};
     EXPECT_EQ(rec.at("output"), outputs.at(key));
-    const fs::path trace = o.trace_dir / rec.at("trace").get<std::string>();
-    EXPECT_EQ(generated_ids(trace), o.replay.at(key));
-    for (const std::string& l : lines_of(trace)) compressed += l.find("\"compression\"") != l.npos;
+    const TraceFile trace = read_trace(o.trace_dir / rec.at("trace").get<std::string>());
+    EXPECT_EQ(trace.generated(), o.replay.at(key));
+    compressed += trace.compressions.size();
   }
-  EXPECT_GT(compressed, 0);
+  EXPECT_GT(compressed, 0u);
   o.replay.erase(o.replay.begin());
   o.out_dir = dir / "missing";
   EXPECT_THROW(run_eval(*model, tokenizer, dataset, o, pool), Error);
