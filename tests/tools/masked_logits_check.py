@@ -17,7 +17,6 @@ Exits 1 on a mismatch, naming the method, the problem and the position.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -30,6 +29,7 @@ except ImportError as e:
     sys.exit(f"masked_logits_check: {e}: install Debian's python3-torch and python3-numpy "
              "(scripts/setup.sh does)")
 import masks  # noqa: E402
+from post_train import run  # noqa: E402
 import train  # noqa: E402
 
 # float32 on both sides, different summation orders: rkv's logits of an exported checkpoint match
@@ -37,13 +37,6 @@ import train  # noqa: E402
 TOLERANCE = 1e-5
 # the control: causal attention instead of the masks must move some logit by more than this
 CONTROL_MIN = 0.5
-
-
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"masked_logits_check: {' '.join(cmd)} failed:\n{r.stderr}")
-    return r.stdout
 
 
 def compare(model, trace_path, logits_path, what, control=True):
@@ -101,17 +94,19 @@ def main() -> None:
                     "-n", "1024", "--kv-dtype", "f32"]
             # a full-cache sample, then every method on it and on its own greedy output
             full_ids = json.loads(run(base + ["--temp", "1", "--top-p", "1", "--seed",
-                                              str(100 + i)]).strip().splitlines()[-1])
+                                              str(100 + i)], "a full-cache sample")
+                                  .strip().splitlines()[-1])
             for spec in args.methods.split(","):
                 method, budget = spec.split(":")
                 kv = ["--kv-method", method, "--kv-budget", budget, "--kv-buffer",
                       str(args.buffer)]
                 trace, logits = os.path.join(tmp, "t.jsonl"), os.path.join(tmp, "l.npy")
-                run(base + kv + ["--temp", "0", "--trace", trace, "--logits-out", logits])
+                run(base + kv + ["--temp", "0", "--trace", trace, "--logits-out", logits],
+                    "a compressed generation")
                 good, _ = compare(model, trace, logits, f"problem {i} {method} {budget}")
                 ok = ok and good
                 run(base + kv + ["--replay-ids", ",".join(map(str, full_ids)), "--trace", trace,
-                                 "--logits-out", logits])
+                                 "--logits-out", logits], "a replay")
                 good, tr = compare(model, trace, logits,
                                    f"problem {i} {method} {budget}, replay of a full-cache "
                                    "sample")

@@ -68,9 +68,12 @@ def sha256(path: str) -> str:
 
 
 def run(cmd, what):
+    """Runs a command and returns its stdout; a failure ends the calling script, saying what
+    failed and the end of the command's stderr (shared by ship_adapted.py and the mask test)."""
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        sys.exit(f"post_train: {what} failed ({' '.join(cmd[:3])} ...):\n{r.stderr[-2000:]}")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {what} failed ({' '.join(cmd[:3])} ...):\n"
+                 f"{r.stderr[-2000:]}")
     return r.stdout
 
 
@@ -329,10 +332,6 @@ def keep_checkpoint(args, iteration: int) -> None:
     shutil.copytree(os.path.join(args.out, "model"), dest)
 
 
-def settings(args) -> dict:
-    return {k: v for k, v in vars(args).items()}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -398,7 +397,7 @@ def main() -> None:
                   "base_model_sha256": sha256(os.path.join(args.base, "model.safetensors")),
                   "started": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()),
                   "rkv": run([args.rkv, "--version"], "rkv --version").strip(),
-                  "validation_seed": VALIDATION_SEED, "settings": settings(args)}
+                  "validation_seed": VALIDATION_SEED, "settings": vars(args)}
         with open(record_path, "w") as f:
             json.dump(record, f, indent=1)
 

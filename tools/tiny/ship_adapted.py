@@ -17,9 +17,11 @@ import csv
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from post_train import run  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FILES = ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
@@ -32,20 +34,13 @@ RECIPE_NAMES = {"rl-sparse": "RL-Sparse (GRPO under the eviction's masks)",
 FIRST = 50
 
 
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"ship_adapted: {' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
-    return r.stdout
-
-
 def pass_at_1(rkv, model, dataset, preset, method, budget, buffer):
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [rkv, "eval", "-m", model, "--dataset", dataset, "--preset", preset, "--methods",
                method, "--temp", "0", "--limit", str(FIRST), "-o", tmp]
         if method != "fullkv":
             cmd += ["--budgets", str(budget), "--kv-buffer", str(buffer)]
-        run(cmd)
+        run(cmd, "an evaluation")
         with open(os.path.join(tmp, "summary.json")) as f:
             return json.load(f)["results"][0]["pass_at_1"]
 
@@ -79,9 +74,9 @@ def main() -> None:
     name = os.path.basename(dest)
     title = f"{name}: {record['recipe']} for {s['method']} at budget {s['budget']}"
     run([sys.executable, os.path.join(HERE, "plot_post_training.py"),
-         os.path.join(run_dir, "log.csv"), os.path.join(dest, "curves.svg"), title])
+         os.path.join(run_dir, "log.csv"), os.path.join(dest, "curves.svg"), title], "the plot")
     run([rkv, "calibrate", "-m", dest, "-f", CALIBRATION[family], "--separator", "\\n\\n\\n",
-         "-o", os.path.join(dest, "query_stats.safetensors")])
+         "-o", os.path.join(dest, "query_stats.safetensors")], "the calibration")
 
     method, budget, buffer = s["method"], s["budget"], s["buffer"]
     measured = {
