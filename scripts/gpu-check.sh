@@ -15,6 +15,12 @@
 #                                 and 64 (prompt 128, 512 generated), and transformers' generate on
 #                                 the same checkpoint and settings, back to back; then R-KV Table
 #                                 1's FullKV row at 16K in a steady state
+#   scripts/gpu-check.sh tune     there: the decode path with and without its vector norms and
+#                                 the GEMV's dependent launch (RKV_CUDA_VECTOR_NORM, RKV_CUDA_PDL):
+#                                 the kernel and golden tests under each, then bench-decode on the
+#                                 8B shape in alternating rounds
+#   scripts/gpu-check.sh profile  there: each kernel's duration over a prefill and a few decode
+#                                 steps on the 8B shape (ncu, one metric) into ncu.csv
 #
 # On the device tool: run(command="scripts/gpu-check.sh test", carry=["gpu-bin"]). Logs and JSON go
 # to $OUT when it is set (the device tool brings them back), else to gpu-out/.
@@ -84,8 +90,43 @@ case "$stage" in
       --batch 1,max --kv-dtype bf16 --steady-state 200 --json "$out/table1-fullkv-16k.json" \
       | tee "$out/table1-fullkv-16k.md"
     ;;
+  tune)
+    # The decode-path changes against their measuring knobs (docs/GPU.md): the norms' vector
+    # kernel with the residual add in its launch (RKV_CUDA_VECTOR_NORM) and the GEMV's
+    # programmatic dependent launch (RKV_CUDA_PDL), on the 8B shape, in alternating rounds.
+    export LD_LIBRARY_PATH=$PWD/gpu-bin:${LD_LIBRARY_PATH:-}
+    export RKV_SHARED_DIR=$PWD/gpu-bin/shared RKV_SOURCE_DIR=$PWD
+    model=/tmp/rkv-r1-distill-llama-8b
+    [ -d $model ] || gpu-bin/rkv make-model --shape r1-distill-llama-8b --dtype bf16 -o $model \
+      >"$out/make-model-8b.log" 2>&1
+    configs="00 10 01 11"  # RKV_CUDA_VECTOR_NORM, RKV_CUDA_PDL
+    # the test run (scripts/gpu-check.sh test) covers both on; here the kernels with both off
+    echo "norm 0 pdl 0: $(RKV_CUDA_VECTOR_NORM=0 RKV_CUDA_PDL=0 gpu-bin/rkv_gpu_tests \
+      --gtest_filter='GpuKernels.*:Checkpoints/*' 2>&1 | grep -E '^\[  (PASSED|FAILED) ')"
+    for round in 1 2; do
+      for c in $configs; do
+        limits=--no-limits
+        [ "$round$c" = 100 ] && limits=  # the card's limits once, in the first measurement
+        f="$out/tune-$c-r$round"
+        RKV_CUDA_VECTOR_NORM=${c:0:1} RKV_CUDA_PDL=${c:1:1} gpu-bin/rkv bench-decode -m $model \
+          --device cuda -d 0 -p 128 -n 128 $limits --json "$f.json" >"$f.md" 2>&1
+        echo "round $round, norm ${c:0:1} pdl ${c:1:1}: $(grep -E 'GPU limits|tg128' "$f.md")"
+      done
+    done
+    ;;
+  profile)
+    export LD_LIBRARY_PATH=$PWD/gpu-bin:${LD_LIBRARY_PATH:-}
+    model=/tmp/rkv-r1-distill-llama-8b
+    [ -d $model ] || gpu-bin/rkv make-model --shape r1-distill-llama-8b --dtype bf16 -o $model \
+      >"$out/make-model-8b.log" 2>&1
+    # -p 8: the prompt takes the GEMV path too, so 1,200 launches hold the prompt and two steps
+    timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      --launch-count 1200 gpu-bin/rkv bench-decode -m $model --device cuda -d 0 -p 8 -n 4 -r 1 \
+      --no-limits >"$out/ncu.csv" 2>"$out/ncu.log" || tail -5 "$out/ncu.log"
+    python3 tools/gpu/ncu_summary.py "$out/ncu.csv"
+    ;;
   *)
-    echo "usage: scripts/gpu-check.sh build|test|bench|all (see the comment at the top)" >&2
+    echo "usage: scripts/gpu-check.sh build|test|bench|all|tune|profile (see the comment at the top)" >&2
     exit 2
     ;;
 esac

@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cuda/cuda_api.h"
@@ -113,9 +115,19 @@ class CudaOps final : public ForwardOps {
     const float* w = norm == Norm::Final   ? final_norm_
                      : norm == Norm::Input ? layers_[static_cast<std::size_t>(layer)].input_norm
                                            : layers_[static_cast<std::size_t>(layer)].post_norm;
+    if (pending_add_ && pending_add_->first == in) {
+      // The residual add before this norm, in its launch (add() left it pending).
+      const Act residual = pending_add_->second;
+      pending_add_.reset();
+      cuda::add_rms_norm(buf(in), buf(residual), w, buf(out), T_, c_.hidden_size, c_.rms_norm_eps,
+                         stream_);
+      return;
+    }
+    flush_add();
     cuda::rms_norm(buf(in), w, buf(out), T_, c_.hidden_size, c_.rms_norm_eps, stream_);
   }
   void project(int layer, Act in, std::span<const Product> products) override {
+    flush_add();
     // Products of one precision (q, k and v; gate and up) go to the device as one launch.
     const auto l = static_cast<std::size_t>(layer);
     std::array<MatmulTarget, kGemvMaxTargets> targets;
@@ -135,6 +147,7 @@ class CudaOps final : public ForwardOps {
     flush();
   }
   void prepare_qkv(int layer) override {
+    flush_add();
     const DeviceLayer& w = layers_[static_cast<std::size_t>(layer)];
     QkvParams p;
     p.q = buf(Act::Q);
@@ -155,11 +168,13 @@ class CudaOps final : public ForwardOps {
     cuda::prepare_qkv(p, stream_);
   }
   void append_kv(int layer, std::span<const ForwardRow> rows) override {
+    flush_add();
     cuda::kv_append(buf(Act::K), buf(Act::V), d_rows_,
                     d_index_ + static_cast<std::size_t>(layer) * T_, T_, c_.num_kv_heads,
                     c_.head_dim, layer, kv_dtype_, stream_);
   }
   void attention(int layer, std::span<const ForwardRow> rows, AttentionProbs* probs) override {
+    flush_add();
     if (probs != nullptr)
       throw Error(
           "the CUDA backend does not hand back attention probabilities (h2o): run with --device "
@@ -170,10 +185,14 @@ class CudaOps final : public ForwardOps {
                     c_.num_kv_heads, c_.head_dim, layer, kv_dtype_, scale, max_keys_,
                     attention_ws_.as<float>(), stream_);
   }
+  // dst += src, left pending: a norm of dst next takes it into its own launch; any other step
+  // launches it first (flush_add).
   void add(Act dst, Act src) override {
-    cuda::add(buf(dst), buf(src), static_cast<std::size_t>(T_) * c_.hidden_size, stream_);
+    flush_add();
+    pending_add_ = std::make_pair(dst, src);
   }
   void silu_mul() override {
+    flush_add();
     cuda::silu_mul(buf(Act::Gate), buf(Act::Up),
                    static_cast<std::size_t>(T_) * c_.intermediate_size, stream_);
   }
@@ -182,6 +201,7 @@ class CudaOps final : public ForwardOps {
   void logits(std::span<const ForwardRow> rows, Act in, float* out) override;
   // The pass is through: the caches' lengths take its rows, in every layer.
   void end(std::span<const ForwardRow>) override {
+    flush_add();
     for (const auto& [cache, count] : sequences_)
       for (int l = 0; l < c_.num_layers; ++l) cache->note_device_append(l, count);
   }
@@ -206,6 +226,12 @@ class CudaOps final : public ForwardOps {
 
  private:
   float* buf(Act a) const { return act_[static_cast<std::size_t>(a)].as<float>(); }
+  void flush_add() {
+    if (!pending_add_) return;
+    const auto [dst, src] = *pending_add_;
+    pending_add_.reset();
+    cuda::add(buf(dst), buf(src), static_cast<std::size_t>(T_) * c_.hidden_size, stream_);
+  }
 
   const void* upload(const void* host, std::size_t bytes, const std::string& what) {
     auto it = uploaded_.find(host);
@@ -285,9 +311,11 @@ class CudaOps final : public ForwardOps {
   const int* d_index_ = nullptr;
   const int* d_logit_rows_ = nullptr;
   std::vector<std::pair<KvCache*, int>> sequences_;  // each cache of the pass, its row count
+  std::optional<std::pair<Act, Act>> pending_add_;   // add(dst, src) not launched yet
 };
 
 void CudaOps::begin(std::span<const ForwardRow> rows) {
+  pending_add_.reset();  // a pass that threw part-way left it; nothing reads it now
   // The previous pass may still be running on the stream: let it finish before buffers move.
   check(cudaStreamSynchronize(stream_), "the previous forward pass");
   if (m_.attention_precision() != kernels::AttentionPrecision::Exact)
@@ -380,6 +408,7 @@ void CudaOps::begin(std::span<const ForwardRow> rows) {
 }
 
 void CudaOps::logits(std::span<const ForwardRow> rows, Act in, float* out) {
+  flush_add();
   const std::size_t V = static_cast<std::size_t>(c_.vocab_size);
   const auto n = static_cast<std::size_t>(n_logits_);
   gather_rows(buf(in), d_logit_rows_, n_logits_, c_.hidden_size, logits_hidden_.as<float>(),

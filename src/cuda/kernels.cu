@@ -5,7 +5,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <span>
 #include <string>
 
@@ -65,6 +68,23 @@ unsigned blocks_for(std::size_t n, unsigned threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }
 
+// Programmatic dependent launch (Hopper): a kernel launched with it (launch_dependent) may start
+// while the kernel before it finishes, once every block of that one has called
+// let_the_next_kernel_start; it must call wait_for_the_previous_kernel before it reads what that
+// kernel wrote or writes what that kernel reads. The wait returns at once in a kernel launched
+// without it, and the call to let the next one start does nothing when the next one was launched
+// without it.
+__device__ __forceinline__ void let_the_next_kernel_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_the_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // ---- embedding, RoPE tables, norms ----
 
 template <typename T>
@@ -102,6 +122,57 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int n,
   const float inv = inverse_rms(x + off, n, eps, shared);
   for (int i = threadIdx.x; i < n; i += blockDim.x)
     y[off + i] = __fmul_rn(w[i], __fmul_rn(x[off + i], inv));
+}
+
+// The same norm with the row held in registers, V float4 a thread (n a multiple of 4, at most
+// 4 V blockDim.x): every load of x and w is issued before the sum, where the loop above waits on
+// memory once per element a thread. With `residual`, x += residual first (written back to x) and
+// the sum is normalized: the residual add and the next norm in one pass. y may be residual.
+template <int V>
+__global__ void __launch_bounds__(1024)
+    rms_norm_vec_kernel(float* x, const float* residual, const float* w, float* y, int n,
+                        float eps) {
+  let_the_next_kernel_start();
+  __shared__ double shared[32];
+  const std::size_t off = static_cast<std::size_t>(blockIdx.x) * n;
+  const int n4 = n / 4;
+  float4 xv[V], wv[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < n4) {
+      xv[j] = reinterpret_cast<const float4*>(x + off)[i];
+      wv[j] = reinterpret_cast<const float4*>(w)[i];
+      if (residual != nullptr) {
+        const float4 r = reinterpret_cast<const float4*>(residual + off)[i];
+        xv[j] = make_float4(__fadd_rn(xv[j].x, r.x), __fadd_rn(xv[j].y, r.y),
+                            __fadd_rn(xv[j].z, r.z), __fadd_rn(xv[j].w, r.w));
+      }
+    }
+  }
+  double ss = 0.0;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < n4) {
+      if (residual != nullptr) reinterpret_cast<float4*>(x + off)[i] = xv[j];
+      ss += static_cast<double>(xv[j].x) * xv[j].x;
+      ss += static_cast<double>(xv[j].y) * xv[j].y;
+      ss += static_cast<double>(xv[j].z) * xv[j].z;
+      ss += static_cast<double>(xv[j].w) * xv[j].w;
+    }
+  }
+  ss = block_sum(ss, shared);  // its barrier also orders every read of residual before y's writes
+  const float variance = static_cast<float>(ss / n);
+  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(variance, eps)));
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < n4)
+      reinterpret_cast<float4*>(y + off)[i] = make_float4(
+          __fmul_rn(wv[j].x, __fmul_rn(xv[j].x, inv)), __fmul_rn(wv[j].y, __fmul_rn(xv[j].y, inv)),
+          __fmul_rn(wv[j].z, __fmul_rn(xv[j].z, inv)), __fmul_rn(wv[j].w, __fmul_rn(xv[j].w, inv)));
+  }
 }
 
 // One block per (row, head): heads [0, Hq) of q, [Hq, Hq + Hkv) of k, then Hkv of v (bias only).
@@ -180,6 +251,7 @@ __global__ void add_kernel(float* y, const float* x, std::size_t n) {
 }
 
 __global__ void silu_mul_kernel(float* gate, const float* up, std::size_t n) {
+  let_the_next_kernel_start();
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float g = gate[i];
@@ -192,6 +264,7 @@ __global__ void sum_halves_kernel(const float* two, std::size_t n, float* y) {
 }
 
 __global__ void gather_rows_kernel(const float* x, const int* rows, int H, float* out) {
+  let_the_next_kernel_start();
   const int i = blockIdx.x;
   const float* src = x + static_cast<std::size_t>(rows[i]) * H;
   for (int e = threadIdx.x; e < H; e += blockDim.x)
@@ -243,6 +316,8 @@ __device__ __forceinline__ void load8(const __half* p, float* w) {
 }
 
 constexpr int kGemvWarps = 8;
+constexpr int kGemvInFlight = 4;  // a lane's weight loads in flight
+constexpr int kGemvPrefetch = 8;  // chunks of a row prefetched before the previous kernel ends
 
 // The weights of one GEMV launch, their rows numbered one after another: weight p holds rows
 // [start[p], start[p + 1]).
@@ -253,7 +328,43 @@ struct GemvTargets {
   int count = 0;
 };
 
-template <typename WT, int TT>
+// A lane's eight weights as they lie in memory (16 bytes for bf16 and f16, 32 for f32), loaded
+// past L1 (`ld.global.nc.L1::no_allocate`): each weight is read once, and L1 keeps the
+// activations, which every warp of the block reads.
+template <typename WT>
+struct RawWeights {
+  uint4 v[sizeof(WT) / 2];
+};
+__device__ __forceinline__ uint4 load_streaming(const void* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+template <typename WT>
+__device__ __forceinline__ RawWeights<WT> load_raw(const WT* p) {
+  RawWeights<WT> r;
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(WT) / 2); ++i)
+    r.v[i] = load_streaming(p + i * 16 / sizeof(WT));
+  return r;
+}
+__device__ __forceinline__ void widen(const RawWeights<float>& r, float* w) {
+  load8(reinterpret_cast<const float*>(r.v), w);
+}
+__device__ __forceinline__ void widen(const RawWeights<__nv_bfloat16>& r, float* w) {
+  load8(reinterpret_cast<const __nv_bfloat16*>(r.v), w);
+}
+__device__ __forceinline__ void widen(const RawWeights<__half>& r, float* w) {
+  load8(reinterpret_cast<const __half*>(r.v), w);
+}
+
+// One warp per weight row; each lane takes eight weights at a time, 256 apart across the warp.
+// U chunks of a lane's weights are loaded before the first is used, so U loads are in flight
+// (4, 8 and 16 timed the same on an H200, docs/GPU.md). A lane sums its products in increasing k
+// whatever U is.
+template <typename WT, int TT, int U>
 __global__ void gemv_kernel(const float* x, GemvTargets tg, int K) {
   const int lane = threadIdx.x % kWarp;
   const int n_all = blockIdx.x * kGemvWarps + threadIdx.x / kWarp;
@@ -265,11 +376,9 @@ __global__ void gemv_kernel(const float* x, GemvTargets tg, int K) {
   float acc[TT];
 #pragma unroll
   for (int t = 0; t < TT; ++t) acc[t] = 0.0f;
-    // Unrolled so that several 16-byte weight loads of a lane are in flight at once.
-#pragma unroll 4
-  for (int k = lane * 8; k < K; k += kWarp * 8) {
+  auto use = [&](const RawWeights<WT>& raw, int k) {
     float wv[8];
-    load8(wr + k, wv);
+    widen(raw, wv);
 #pragma unroll
     for (int t = 0; t < TT; ++t) {
       float xv[8];
@@ -277,7 +386,24 @@ __global__ void gemv_kernel(const float* x, GemvTargets tg, int K) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[t] += wv[i] * xv[i];
     }
+  };
+  constexpr int kStep = kWarp * 8;
+  int k = lane * 8;
+  // The weights do not depend on the kernel before: a row's first kGemvPrefetch chunks (4 KiB of
+  // bf16) go to L2 while it may still run (programmatic dependent launch), and x is read only
+  // after it has finished.
+#pragma unroll
+  for (int u = 0; u < kGemvPrefetch; ++u)
+    if (k + u * kStep < K) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr + k + u * kStep));
+  wait_for_the_previous_kernel();
+  for (; k + (U - 1) * kStep < K; k += U * kStep) {
+    RawWeights<WT> raw[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) raw[u] = load_raw(wr + k + u * kStep);
+#pragma unroll
+    for (int u = 0; u < U; ++u) use(raw[u], k + u * kStep);
   }
+  for (; k < K; k += kStep) use(load_raw(wr + k), k);
   float* y = tg.y[p];
 #pragma unroll
   for (int t = 0; t < TT; ++t) {
@@ -286,10 +412,29 @@ __global__ void gemv_kernel(const float* x, GemvTargets tg, int K) {
   }
 }
 
+// Launches kernel<<<grid, block, 0, stream>>>(args...), as a programmatic dependent launch when
+// `dependent` is set (the kernel must then call wait_for_the_previous_kernel first).
+template <typename... Params, typename... Args>
+void launch_dependent(bool dependent, void (*kernel)(Params...), unsigned grid, unsigned block,
+                      cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(block);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = dependent ? 1 : 0;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  check(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...), "a kernel launch");
+}
+
 template <typename WT, int TT>
 void launch_gemv(const float* x, const GemvTargets& tg, int K, cudaStream_t stream) {
-  gemv_kernel<WT, TT><<<blocks_for(static_cast<std::size_t>(tg.start[tg.count]), kGemvWarps),
-                        kGemvWarps * kWarp, 0, stream>>>(x, tg, K);
+  const unsigned blocks = blocks_for(static_cast<std::size_t>(tg.start[tg.count]), kGemvWarps);
+  launch_dependent(gemv_pdl(), gemv_kernel<WT, TT, kGemvInFlight>, blocks, kGemvWarps * kWarp,
+                   stream, x, tg, K);
 }
 
 template <typename WT>
@@ -338,6 +483,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     attention_chunk_kernel(const float* q, float* out, float* part, const DeviceCacheRow* rows,
                            const int* index, int q_heads, int kv_heads, int D, int layer,
                            float scale, int chunks) {
+  let_the_next_kernel_start();
   __shared__ float s_q[GMAX][NE * kAttentionThreads];
   __shared__ float s_p[GMAX][kAttentionChunk];
   __shared__ float s_l[GMAX];
@@ -354,6 +500,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
   const KT* K = reinterpret_cast<const KT*>(row.keys) + head0 * D;
   const KT* V = reinterpret_cast<const KT*>(row.values) + head0 * D;
   const std::size_t q0 = static_cast<std::size_t>(r) * q_heads + static_cast<std::size_t>(kvh) * G;
+#pragma unroll 4
   for (int i = tid; i < G * D; i += kAttentionThreads)
     s_q[i / D][i % D] = q[q0 * D + static_cast<std::size_t>(i)];
   __syncthreads();
@@ -448,6 +595,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 // out = sum_c acc_c exp(m_c - M) / sum_c l_c exp(m_c - M), M the largest m_c.
 __global__ void attention_combine_kernel(const float* part, float* out, const int* index,
                                          int q_heads, int D, int chunks) {
+  let_the_next_kernel_start();
   extern __shared__ float s_w[];  // [chunks]: exp(m_c - M)
   __shared__ float s_L;
   const int r = blockIdx.x / q_heads;
@@ -551,7 +699,33 @@ void rope_tables(const int* positions, const float* inv_freq, int T, int half, f
 
 void rms_norm(const float* x, const float* w, float* y, int T, int n, float eps,
               cudaStream_t stream) {
-  rms_norm_kernel<<<T, 256, 0, stream>>>(x, w, y, n, eps);
+  add_rms_norm(const_cast<float*>(x), nullptr, w, y, T, n, eps, stream);
+}
+
+void add_rms_norm(float* x, const float* residual, const float* w, float* y, int T, int n,
+                  float eps, cudaStream_t stream) {
+  const int n4 = n / 4;
+  const auto threads = [&](int v) {
+    return static_cast<unsigned>(std::min(1024, (n4 + v - 1) / v + kWarp - 1) / kWarp * kWarp);
+  };
+  const bool aligned =
+      n % 4 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0 &&
+      reinterpret_cast<std::uintptr_t>(w) % 16 == 0 &&
+      reinterpret_cast<std::uintptr_t>(y) % 16 == 0 &&
+      (residual == nullptr || reinterpret_cast<std::uintptr_t>(residual) % 16 == 0);
+  if (!vector_norm()) {
+    if (residual != nullptr) add(x, residual, static_cast<std::size_t>(T) * n, stream);
+    rms_norm_kernel<<<T, 256, 0, stream>>>(x, w, y, n, eps);
+  } else if (aligned && n4 <= 1024) {
+    rms_norm_vec_kernel<1><<<T, threads(1), 0, stream>>>(x, residual, w, y, n, eps);
+  } else if (aligned && n4 <= 4 * 1024) {
+    rms_norm_vec_kernel<4><<<T, threads(4), 0, stream>>>(x, residual, w, y, n, eps);
+  } else if (aligned && n4 <= 16 * 1024) {
+    rms_norm_vec_kernel<16><<<T, threads(16), 0, stream>>>(x, residual, w, y, n, eps);
+  } else {
+    if (residual != nullptr) add(x, residual, static_cast<std::size_t>(T) * n, stream);
+    rms_norm_kernel<<<T, 256, 0, stream>>>(x, w, y, n, eps);
+  }
   check_launch("rms_norm");
 }
 
@@ -664,6 +838,28 @@ void round_activations(const float* x, std::size_t n, DType dtype, float* out,
   else
     throw Error("round_activations: only BF16 and F16");
   check_launch("round_activations");
+}
+
+bool vector_norm() {
+  static const bool vector = [] {
+    const char* env = std::getenv("RKV_CUDA_VECTOR_NORM");
+    if (env == nullptr || *env == 0) return true;
+    const std::string v = env;
+    if (v == "0" || v == "1") return v == "1";
+    throw Error("RKV_CUDA_VECTOR_NORM must be 0 or 1, not '" + v + "'");
+  }();
+  return vector;
+}
+
+bool gemv_pdl() {
+  static const bool pdl = [] {
+    const char* env = std::getenv("RKV_CUDA_PDL");
+    if (env == nullptr || *env == 0) return true;
+    const std::string v = env;
+    if (v == "0" || v == "1") return v == "1";
+    throw Error("RKV_CUDA_PDL must be 0 or 1, not '" + v + "'");
+  }();
+  return pdl;
 }
 
 void gemv(const float* x, int T, std::span<const GemvTarget> targets, DType dtype, int K,

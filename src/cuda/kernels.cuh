@@ -34,6 +34,10 @@ void rope_tables(const int* positions, const float* inv_freq, int T, int half, f
 // y[r] = w * x[r] / sqrt(mean(x[r]^2) + eps), rows of n.
 void rms_norm(const float* x, const float* w, float* y, int T, int n, float eps,
               cudaStream_t stream);
+// x[r] += residual[r], then y[r] = the norm of the new x[r], in one launch (y may be residual):
+// the residual add and the next norm of a layer.
+void add_rms_norm(float* x, const float* residual, const float* w, float* y, int T, int n,
+                  float eps, cudaStream_t stream);
 // Per row: biases into q, k, v (null: none), per-head RMSNorm of q and k (null weights: none),
 // then rotate-half RoPE of q and k with the row's tables.
 struct QkvParams {
@@ -96,5 +100,13 @@ struct GemvTarget {
 inline constexpr int kGemvMaxTargets = 4;
 void gemv(const float* x, int T, std::span<const GemvTarget> targets, DType dtype, int K,
           cudaStream_t stream);
+// Whether the GEMV is launched as a programmatic dependent launch, so that its blocks start and
+// prefetch their weights while the kernel before it finishes: on unless the environment's
+// RKV_CUDA_PDL is 0 (read once; a knob for measuring, docs/GPU.md).
+bool gemv_pdl();
+// Whether the norms run as rms_norm's one-block-a-row kernel with the row in registers (and the
+// residual add in its launch): on unless RKV_CUDA_VECTOR_NORM is 0, which gives the scalar
+// loop and a separate add (read once; a knob for measuring, docs/GPU.md).
+bool vector_norm();
 
 }  // namespace rkv::cuda

@@ -231,6 +231,63 @@ TEST(GpuKernels, GemvMatchesFloat64) {
   }
 }
 
+// The residual add and the norm in one launch (and the norm alone) against float64, for hidden
+// sizes of each of its paths (one float4 a thread, four, and the scalar loop for sizes not a
+// multiple of 4), the norm's output written over the residual as the forward pass does; then a
+// GEMV launched after it on a stream (a programmatic dependent launch, unless RKV_CUDA_PDL=0)
+// reads that output. Repeated with fresh poison, so a GEMV that read x before the norm finished
+// would show.
+TEST(GpuKernels, ResidualAddAndNormMatchFloat64AndFeedTheNextGemv) {
+  RKV_REQUIRE_GPU();
+  cudaStream_t stream = nullptr;
+  ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const int T = 3, N = 300;
+  const float eps = 1e-5f;
+  for (int n : {14, 896, 4096, 5120, 8192}) {
+    const auto x = randn(static_cast<std::size_t>(T) * n, 60 + static_cast<unsigned>(n));
+    const auto r = randn(static_cast<std::size_t>(T) * n, 61 + static_cast<unsigned>(n));
+    auto w = randn(static_cast<std::size_t>(n), 62 + static_cast<unsigned>(n));
+    std::vector<float> sum(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) sum[i] = x[i] + r[i];
+    std::vector<double> ref(x.size());
+    for (int t = 0; t < T; ++t) {
+      double ss = 0.0;
+      for (int i = 0; i < n; ++i) ss += static_cast<double>(sum[t * n + i]) * sum[t * n + i];
+      const double inv = 1.0 / std::sqrt(ss / n + eps);
+      for (int i = 0; i < n; ++i) ref[t * n + i] = w[i] * (sum[t * n + i] * inv);
+    }
+    Dev<float> dw(w);
+    std::vector<float> wq;
+    const auto gw = store_weights(randn(static_cast<std::size_t>(N) * n, 63), DType::BF16, wq);
+    Dev<std::byte> dgw(gw);
+    for (int round = 0; round < 20; ++round) {
+      Dev<float> dx(x), dr(r), dz(std::vector<float>(x.size(), NAN));
+      Dev<float> dg(std::vector<float>(static_cast<std::size_t>(T) * N, NAN));
+      cuda::add_rms_norm(dx.p, dr.p, dw.p, dr.p, T, n, eps, stream);
+      if (n % 8 == 0) cuda::gemv(dr.p, T, dgw.p, DType::BF16, N, n, dg.p, stream);
+      cuda::rms_norm(dx.p, dw.p, dz.p, T, n, eps, stream);
+      ok(cudaStreamSynchronize(stream));
+      const auto xs = dx.get(), y = dr.get(), z = dz.get();
+      ASSERT_EQ(0, std::memcmp(xs.data(), sum.data(), sum.size() * sizeof(float)))
+          << "n=" << n << ": x + residual, in float";
+      EXPECT_LT(rel_error(ref, y.data(), y.size()), 1e-6) << "n=" << n << " with the add";
+      EXPECT_LT(rel_error(ref, z.data(), z.size()), 1e-6) << "n=" << n << " the norm alone";
+      if (n % 8 != 0) continue;
+      const auto g = dg.get();
+      std::vector<double> gref(g.size());
+      for (int t = 0; t < T; ++t)
+        for (int j = 0; j < N; ++j) {
+          double acc = 0.0;
+          for (int k = 0; k < n; ++k)
+            acc += static_cast<double>(y[t * n + k]) * wq[static_cast<std::size_t>(j) * n + k];
+          gref[static_cast<std::size_t>(t) * N + j] = acc;
+        }
+      ASSERT_LT(rel_error(gref, g.data(), g.size()), 1e-6) << "n=" << n << " round " << round;
+    }
+  }
+  ok(cudaStreamDestroy(stream));
+}
+
 // Several weights in one GEMV launch (q, k, v): each output the same bits as its own launch.
 TEST(GpuKernels, GemvOfSeveralWeightsEqualsEachAlone) {
   RKV_REQUIRE_GPU();
