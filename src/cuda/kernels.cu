@@ -840,26 +840,23 @@ void round_activations(const float* x, std::size_t n, DType dtype, float* out,
   check_launch("round_activations");
 }
 
+// A switch for measuring, read from the environment: on when unset or empty, else "0" or "1".
+static bool switch_from_env(const char* name) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == 0) return true;
+  const std::string v = env;
+  if (v == "0" || v == "1") return v == "1";
+  throw Error(std::string(name) + " must be 0 or 1, not '" + v + "'");
+}
+
 bool vector_norm() {
-  static const bool vector = [] {
-    const char* env = std::getenv("RKV_CUDA_VECTOR_NORM");
-    if (env == nullptr || *env == 0) return true;
-    const std::string v = env;
-    if (v == "0" || v == "1") return v == "1";
-    throw Error("RKV_CUDA_VECTOR_NORM must be 0 or 1, not '" + v + "'");
-  }();
-  return vector;
+  static const bool on = switch_from_env("RKV_CUDA_VECTOR_NORM");
+  return on;
 }
 
 bool gemv_pdl() {
-  static const bool pdl = [] {
-    const char* env = std::getenv("RKV_CUDA_PDL");
-    if (env == nullptr || *env == 0) return true;
-    const std::string v = env;
-    if (v == "0" || v == "1") return v == "1";
-    throw Error("RKV_CUDA_PDL must be 0 or 1, not '" + v + "'");
-  }();
-  return pdl;
+  static const bool on = switch_from_env("RKV_CUDA_PDL");
+  return on;
 }
 
 void gemv(const float* x, int T, std::span<const GemvTarget> targets, DType dtype, int K,
