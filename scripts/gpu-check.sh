@@ -17,8 +17,8 @@
 #                                 1's FullKV row at 16K in a steady state
 #   scripts/gpu-check.sh tune     there: the decode path with and without its vector norms and
 #                                 the GEMV's dependent launch (RKV_CUDA_VECTOR_NORM, RKV_CUDA_PDL):
-#                                 the kernel and golden tests under each, then bench-decode on the
-#                                 8B shape in alternating rounds
+#                                 the kernel and golden tests with both off (test covers both on),
+#                                 then bench-decode on the 8B shape under all four, alternating
 #   scripts/gpu-check.sh profile  there: each kernel's duration over a prefill and a few decode
 #                                 steps on the 8B shape (ncu, one metric) into ncu.csv
 #
