@@ -125,9 +125,10 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int n,
 }
 
 // The same norm with the row held in registers, V float4 a thread (n a multiple of 4, at most
-// 4 V blockDim.x): every load of x and w is issued before the sum, where the loop above waits on
-// memory once per element a thread. With `residual`, x += residual first (written back to x) and
-// the sum is normalized: the residual add and the next norm in one pass. y may be residual.
+// 4 V blockDim.x; add_rms_norm uses it up to 16,384 floats a row): every load of x and w is issued
+// before the sum, where the loop above waits on memory once per element a thread. With `residual`,
+// x += residual first (written back to x) and the sum is normalized: the residual add and the next
+// norm in one pass. y may be residual.
 template <int V>
 __global__ void __launch_bounds__(1024)
     rms_norm_vec_kernel(float* x, const float* residual, const float* w, float* y, int n,
@@ -713,16 +714,12 @@ void add_rms_norm(float* x, const float* residual, const float* w, float* y, int
       reinterpret_cast<std::uintptr_t>(w) % 16 == 0 &&
       reinterpret_cast<std::uintptr_t>(y) % 16 == 0 &&
       (residual == nullptr || reinterpret_cast<std::uintptr_t>(residual) % 16 == 0);
-  if (!vector_norm()) {
-    if (residual != nullptr) add(x, residual, static_cast<std::size_t>(T) * n, stream);
-    rms_norm_kernel<<<T, 256, 0, stream>>>(x, w, y, n, eps);
-  } else if (aligned && n4 <= 1024) {
+  const bool vector = vector_norm() && aligned;
+  if (vector && n4 <= 1024) {
     rms_norm_vec_kernel<1><<<T, threads(1), 0, stream>>>(x, residual, w, y, n, eps);
-  } else if (aligned && n4 <= 4 * 1024) {
+  } else if (vector && n4 <= 4 * 1024) {
     rms_norm_vec_kernel<4><<<T, threads(4), 0, stream>>>(x, residual, w, y, n, eps);
-  } else if (aligned && n4 <= 16 * 1024) {
-    rms_norm_vec_kernel<16><<<T, threads(16), 0, stream>>>(x, residual, w, y, n, eps);
-  } else {
+  } else {  // the scalar loop: rows not a multiple of 4 floats or over 16,384, or the switch off
     if (residual != nullptr) add(x, residual, static_cast<std::size_t>(T) * n, stream);
     rms_norm_kernel<<<T, 256, 0, stream>>>(x, w, y, n, eps);
   }
