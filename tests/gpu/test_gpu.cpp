@@ -204,6 +204,20 @@ std::vector<std::byte> store_weights(const std::vector<float>& wf, DType dtype,
   return w;
 }
 
+// y[t][n] = sum_k x[t][k] w[n][k] in float64: the GEMV's reference.
+std::vector<double> gemv_reference(const std::vector<float>& x, const std::vector<float>& w, int T,
+                                   int N, int K) {
+  std::vector<double> ref(static_cast<std::size_t>(T) * N);
+  for (int t = 0; t < T; ++t)
+    for (int n = 0; n < N; ++n) {
+      double s = 0.0;
+      for (int k = 0; k < K; ++k)
+        s += static_cast<double>(x[t * K + k]) * w[static_cast<std::size_t>(n) * K + k];
+      ref[static_cast<std::size_t>(t) * N + n] = s;
+    }
+  return ref;
+}
+
 TEST(GpuKernels, GemvMatchesFloat64) {
   RKV_REQUIRE_GPU();
   const int N = 1000, K = 4096;
@@ -218,14 +232,7 @@ TEST(GpuKernels, GemvMatchesFloat64) {
       cuda::gemv(dx.p, T, dw.p, dtype, N, K, dy.p, nullptr);
       ok(cudaDeviceSynchronize());
       const auto y = dy.get();
-      std::vector<double> ref(y.size());
-      for (int t = 0; t < T; ++t)
-        for (int n = 0; n < N; ++n) {
-          double s = 0.0;
-          for (int k = 0; k < K; ++k)
-            s += static_cast<double>(x[t * K + k]) * wq[static_cast<std::size_t>(n) * K + k];
-          ref[static_cast<std::size_t>(t) * N + n] = s;
-        }
+      const auto ref = gemv_reference(x, wq, T, N, K);
       EXPECT_LT(rel_error(ref, y.data(), y.size()), 1e-6) << dtype_name(dtype) << " T=" << T;
     }
   }
@@ -274,14 +281,7 @@ TEST(GpuKernels, ResidualAddAndNormMatchFloat64AndFeedTheNextGemv) {
       EXPECT_LT(rel_error(ref, z.data(), z.size()), 1e-6) << "n=" << n << " the norm alone";
       if (n % 8 != 0) continue;
       const auto g = dg.get();
-      std::vector<double> gref(g.size());
-      for (int t = 0; t < T; ++t)
-        for (int j = 0; j < N; ++j) {
-          double acc = 0.0;
-          for (int k = 0; k < n; ++k)
-            acc += static_cast<double>(y[t * n + k]) * wq[static_cast<std::size_t>(j) * n + k];
-          gref[static_cast<std::size_t>(t) * N + j] = acc;
-        }
+      const auto gref = gemv_reference(y, wq, T, N, n);
       ASSERT_LT(rel_error(gref, g.data(), g.size()), 1e-6) << "n=" << n << " round " << round;
     }
   }
