@@ -86,4 +86,16 @@ s = pt.Sample([5, 6, 7, 8, 9], 2, m)
 stats = pt.train_distill(dargs, model, teacher, torch.optim.SGD(model.parameters(), lr=0.0), [s])
 check(stats["kl"] > 1e-6 and abs(stats["kl_full"]) < 1e-6,
       f"masked student: KL {stats['kl']:.2e} > 0, anchor {stats['kl_full']:.2e} = 0")
+# The learning-rate schedule: constant, or --lr until update K then linear towards zero at N.
+const = argparse.Namespace(lr=3e-5, lr_decay_after=None, iterations=14)
+check(all(pt.learning_rate(const, i) == 3e-5 for i in range(1, 15)), "constant learning rate")
+decay = argparse.Namespace(lr=3e-5, lr_decay_after=8, iterations=14)
+rates = [pt.learning_rate(decay, i) for i in range(1, 15)]
+# updates 1-8: 3e-5; update 9: 3e-5 * 6/7; update 14 (the last): 3e-5 / 7
+expected = [3e-5] * 8 + [3e-5 * (15 - i) / 7 for i in range(9, 15)]
+check(all(abs(a - b) < 1e-15 for a, b in zip(rates, expected)),
+      f"decay after 8 of 14: {[f'{r:.3g}' for r in rates]}")
+check(abs(rates[8] - 2.5714e-5) < 1e-9 and abs(rates[13] - 4.2857e-6) < 1e-9,
+      f"update 9 at {rates[8]:.4g}, update 14 at {rates[13]:.4g} (3e-5 * 6/7, 3e-5 / 7)")
+
 sys.exit(1 if failures else 0)

@@ -56,7 +56,17 @@ LOG_FIELDS = ["iteration", "rollout_tokens", "trained_tokens", "reward", "trunca
 # token budget, the eval cadence, threads).
 FIXED = ("base", "family", "recipe", "method", "budget", "buffer", "problems", "group", "lr",
          "temperature", "tau", "clip", "updates", "seed", "max_new_tokens", "weight_decay",
-         "full_weight")
+         "full_weight", "lr_decay_after")
+
+
+def learning_rate(args, update: int) -> float:
+    """The learning rate of update `update` (1-based): --lr throughout, or with --lr-decay-after K,
+    --lr up to update K and then falling linearly, update i taking lr * (N + 1 - i) / (N + 1 - K)
+    for N = --iterations (the last update gets lr / (N + 1 - K), never zero)."""
+    k = args.lr_decay_after
+    if k is None or update <= k:
+        return args.lr
+    return args.lr * (args.iterations + 1 - update) / (args.iterations + 1 - k)
 
 
 def sha256(path: str) -> str:
@@ -352,6 +362,9 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8,
                     help="samples per problem (GRPO's group; distill: teacher samples) (default 8)")
     ap.add_argument("--lr", type=float, default=2e-5, help="AdamW learning rate (default 2e-5)")
+    ap.add_argument("--lr-decay-after", type=int, default=None, metavar="K",
+                    help="keep --lr for K updates, then decay it linearly towards 0 at "
+                         "--iterations (default: constant)")
     ap.add_argument("--weight-decay", type=float, default=0.0, help="AdamW decay (default 0)")
     ap.add_argument("--temperature", type=float, default=0.7,
                     help="sampling temperature of the rollouts, top-p 1; GRPO's log-probabilities "
@@ -377,6 +390,8 @@ def main() -> None:
     ap.add_argument("--rkv", default="build/rkv", help="the rkv binary (default build/rkv)")
     args = ap.parse_args()
     args.base = os.path.normpath(args.base)
+    if args.lr_decay_after is not None and not 0 <= args.lr_decay_after < args.iterations:
+        ap.error("--lr-decay-after must be at least 0 and below --iterations")
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -388,7 +403,8 @@ def main() -> None:
         with open(record_path) as f:
             before = json.load(f)
         before["settings"].setdefault("full_weight", 0.0)  # runs from before the option
-        changed = [k for k in FIXED if before["settings"].get(k) != getattr(args, k)]
+        fixed = FIXED + (("iterations",) if args.lr_decay_after is not None else ())
+        changed = [k for k in fixed if before["settings"].get(k) != getattr(args, k)]
         if changed:
             sys.exit(f"post_train: {args.out} was started with other settings ({', '.join(changed)}"
                      "): give the same ones, or another --out")
@@ -460,11 +476,14 @@ def main() -> None:
         else:
             samples = rollouts_rl(args, it, work, problems)
         t_train = time.time()
+        lr = learning_rate(args, it + 1)
+        for group in opt.param_groups:
+            group["lr"] = lr
         rollout_tokens += sum(len(s.ids) - s.prompt for s in samples)
         row = {"iteration": it + 1, "rollout_tokens": rollout_tokens,
                "reward": f"{sum(s.reward for s in samples) / len(samples):.4f}",
                "truncated": f"{sum(s.truncated for s in samples) / len(samples):.4f}",
-               "lr": f"{args.lr:.2e}"}
+               "lr": f"{lr:.2e}"}
         if args.recipe == "distill":
             stats = train_distill(args, model, teacher, opt, samples)
             row["kl"] = f"{stats['kl']:.5f}"
