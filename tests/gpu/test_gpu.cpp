@@ -352,14 +352,7 @@ TEST(GpuKernels, MatmulMatchesFloat64InBothPrecisions) {
         kernels::round_activations(
             x.data(), x.size(), precision == kernels::MatmulPrecision::Rounded ? dtype : DType::F32,
             xr.data());
-        std::vector<double> ref(y.size());
-        for (int t = 0; t < T; ++t)
-          for (int n = 0; n < N; ++n) {
-            double acc = 0.0;
-            for (int k = 0; k < K; ++k)
-              acc += static_cast<double>(xr[t * K + k]) * held[static_cast<std::size_t>(n) * K + k];
-            ref[static_cast<std::size_t>(t) * N + n] = acc;
-          }
+        const auto ref = gemv_reference(xr, held, T, N, K);
         EXPECT_LT(rel_error(ref, y.data(), y.size()), 1e-5)
             << dtype_name(dtype) << " T=" << T << " " << kernels::matmul_precision_name(precision);
       }
