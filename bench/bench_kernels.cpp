@@ -223,7 +223,7 @@ int register_benchmarks() {
       }
     }
   }
-  for (std::size_t T : {std::size_t{1}, std::size_t{512}}) {
+  for (std::size_t T : {std::size_t{1}, std::size_t{8}, std::size_t{16}, std::size_t{512}}) {
     for (const Shape& s : {kShapes[2], kShapes[3]}) {
       for (DType dtype :
            {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::MXFP4}) {

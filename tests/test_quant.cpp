@@ -376,23 +376,28 @@ TEST(QuantFormat, QuantizersRoundTrip) {
 
 struct ActOracle {
   std::vector<double> xq;   // the quantized activations as values, q * d
-  std::vector<double> err;  // per 32-block: a bound on |x - q * d|
+  std::vector<double> err;  // per 32 elements: a bound on |x - q * d|
 };
 
-// The documented activation quantization, done here: d = max|x| / 127 (then rounded to f16),
-// q = x * (1 / d) rounded half away from zero.
-ActOracle quantize_x(const std::vector<float>& x) {
+// The documented activation quantization, done here: d = max|x| / 127 per block of 32 (then
+// rounded to f16), or for Q4_K/Q6_K weights per 256 (kept in float), and q = x * (1 / d) rounded
+// half away from zero.
+ActOracle quantize_x(const std::vector<float>& x, DType weights) {
+  const bool super = weights == DType::Q4_K || weights == DType::Q6_K;
+  const std::size_t n = super ? 256 : 32;
   ActOracle o;
   o.xq.resize(x.size());
-  for (std::size_t b = 0; b < x.size() / 32; ++b) {
+  for (std::size_t b = 0; b < x.size() / n; ++b) {
     float amax = 0.0f;
-    for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[b * 32 + k]));
+    for (std::size_t k = 0; k < n; ++k) amax = std::max(amax, std::fabs(x[b * n + k]));
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const double d16 = f16_to_f32(f32_to_f16(d));
-    for (int k = 0; k < 32; ++k) o.xq[b * 32 + k] = double(std::lround(x[b * 32 + k] * id)) * d16;
+    const double dq = super ? d : f16_to_f32(f32_to_f16(d));
+    for (std::size_t k = 0; k < n; ++k)
+      o.xq[b * n + k] = double(std::lround(x[b * n + k] * id)) * dq;
     // |x * id - x / d| adds at most 127 ulps of float to the rounding's half step.
-    o.err.push_back(0.5 * d * (1 + 1e-4) + 127 * std::fabs(double(d) - d16));
+    for (std::size_t k = 0; k < n; k += 32)
+      o.err.push_back(0.5 * d * (1 + 1e-4) + 127 * std::fabs(double(d) - dq));
   }
   return o;
 }
@@ -406,6 +411,8 @@ class QuantizedMatmul : public ::testing::TestWithParam<Isa> {};
 //  2. against float64 sum(w * x) with the f32 activations: within sum over blocks of
 //     |w| * (that block's quantization bound) more;
 //  3. against the reference kernel: 1e-5 of sum |w * xq| (same integers, another order).
+// Q4_K/Q6_K quantize x in super-blocks of 256, except where the AMX-INT8 tiles run the product
+// (blocks of 32 there, so 1 and 2 use that quantization and 3 does not apply).
 TEST_P(QuantizedMatmul, AgainstFloat64OraclesAndReference) {
   const Isa isa = GetParam();
   if (!kernels::isa_supported(isa))
@@ -430,30 +437,38 @@ TEST_P(QuantizedMatmul, AgainstFloat64OraclesAndReference) {
           fn(x.data(), T, view, 0, split, got.data(), N);
           if (split < N) fn(x.data(), T, view, split, N, got.data(), N);
           kernels::matmul_rows_reference(x.data(), T, view, 0, N, ref.data(), N);
+          // Where the AMX-INT8 tiles run the product, Q4_K/Q6_K take the blocks of 32 there.
+          const bool on_tiles = isa != Isa::Reference && isa != Isa::Avx2 &&
+                                kernels::amx_int8_enabled() && kernels::quantized_on_tiles(view, T);
           int failures = 0;
           for (std::size_t r = 0; r < T && failures < 3; ++r) {
             const std::vector<float> xr(x.begin() + r * K, x.begin() + (r + 1) * K);
-            const ActOracle a = quantize_x(xr);
+            const ActOracle a = quantize_x(xr, t);
+            const ActOracle ak = on_tiles ? quantize_x(xr, DType::Q8_0) : a;
             for (std::size_t n = 0; n < N && failures < 3; ++n) {
               const std::uint8_t* row = w.data() + n * dtype_row_bytes(t, K);
-              double exact_q = 0, exact = 0, mag = 0, qerr = 0;
+              double exact_q = 0, exact_qk = 0, exact = 0, mag = 0, magk = 0, qerr = 0;
               for (std::size_t k = 0; k < K; ++k) {
                 const Elem e = oracle(t, row, k);
                 exact_q += e.value * a.xq[k];
+                exact_qk += e.value * ak.xq[k];
                 exact += e.value * xr[k];
                 mag += e.magnitude * std::fabs(a.xq[k]);
-                qerr += std::fabs(e.value) * a.err[k / 32];
+                magk += e.magnitude * std::fabs(ak.xq[k]);
+                qerr += std::fabs(e.value) * std::max(a.err[k / 32], ak.err[k / 32]);
               }
               const double y = got[r * N + n], yr = ref[r * N + n];
-              const double tol = 1e-5 * mag + 1e-6;
-              const bool ok = std::fabs(y - exact_q) <= tol && std::fabs(yr - exact_q) <= tol &&
-                              std::fabs(y - yr) <= tol && std::fabs(y - exact) <= tol + qerr;
+              const double tol = 1e-5 * mag + 1e-6, tolk = 1e-5 * magk + 1e-6;
+              const bool ok = std::fabs(y - exact_qk) <= tolk && std::fabs(yr - exact_q) <= tol &&
+                              (on_tiles || std::fabs(y - yr) <= tol) &&
+                              std::fabs(y - exact) <= tolk + qerr;
               if (!ok) {
                 ++failures;
                 ADD_FAILURE() << "t=" << r << " n=" << n << ": kernel " << y << ", reference " << yr
-                              << ", float64 with quantized x " << exact_q << ", float64 with f32 x "
-                              << exact << " (tol " << tol << ", activation quantization bound "
-                              << qerr << ")";
+                              << ", float64 with quantized x " << exact_q
+                              << " (as the kernel quantizes it " << exact_qk
+                              << "), float64 with f32 x " << exact << " (tol " << tol
+                              << ", activation quantization bound " << qerr << ")";
               }
             }
           }
@@ -486,6 +501,27 @@ TEST_P(QuantizedMatmul, ActivationQuantizersAgreeBytewise) {
   std::int32_t sum = 0;
   for (int k = 0; k < 32; ++k) sum += q1[64 + k];
   EXPECT_EQ(s1[2], sum);
+  // The super-blocks of Q4_K/Q6_K weights: rows of 512 with the same halves at 256 + 64.
+  const std::size_t KK = 512;
+  auto xk = random_x(T * KK, rng);
+  xk[256] = 127.0f;
+  for (int k = 1; k < 32; ++k) xk[256 + 64 + k] = static_cast<float>(k - 16) + 0.5f;
+  std::vector<std::int8_t> qk1(T * KK), qk2(T * KK);
+  std::vector<float> dk1(T * KK / 256), dk2(T * KK / 256);
+  std::vector<std::int16_t> b1(T * KK / 16), b2(T * KK / 16);
+  quant::quantize_activations_k(xk.data(), T, KK, qk1.data(), dk1.data(), b1.data());
+  kernels::quantize_activations_k_for(isa)(xk.data(), T, KK, qk2.data(), dk2.data(), b2.data());
+  EXPECT_EQ(qk1, qk2);
+  EXPECT_EQ(dk1, dk2);
+  EXPECT_EQ(b1, b2);
+  EXPECT_EQ(dk1[1], 1.0f);            // max|x| of super-block 1 is 127 (random_x stays below)
+  EXPECT_EQ(qk1[256 + 64 + 1], -15);  // -14.5 -> -15
+  EXPECT_EQ(qk1[256 + 64 + 17], 2);   // 1.5 -> 2
+  for (std::size_t g = 0; g < T * KK / 16; ++g) {
+    std::int32_t s16 = 0;
+    for (std::size_t k = 0; k < 16; ++k) s16 += qk1[16 * g + k];
+    EXPECT_EQ(b1[g], s16) << "group " << g;
+  }
 }
 
 // An MXFP4 dot product worked by hand. The activation block is 127 and -3 at elements 0 and 1, 5

@@ -355,5 +355,67 @@ void quantize_activations(const float* x, std::size_t T, std::size_t K, std::int
   }
 }
 
+void quantize_activations_k(const float* x, std::size_t T, std::size_t K, std::int8_t* q, float* d,
+                            std::int16_t* bsum) {
+  const std::size_t nsb = K / 256;
+  for (std::size_t t = 0; t < T; ++t) {
+    for (std::size_t sb = 0; sb < nsb; ++sb) {
+      const float* xb = x + t * K + sb * 256;
+      float amax = 0.0f;
+      for (int k = 0; k < 256; ++k) amax = std::max(amax, std::fabs(xb[k]));
+      const float dd = amax / 127.0f;
+      const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+      std::int8_t* qb = q + t * K + sb * 256;
+      for (int g = 0; g < 16; ++g) {
+        int s = 0;
+        for (int k = 16 * g; k < 16 * g + 16; ++k) {
+          const int v = std::clamp(round_int(xb[k] * id), -127, 127);
+          qb[k] = static_cast<std::int8_t>(v);
+          s += v;
+        }
+        bsum[t * (K / 16) + sb * 16 + static_cast<std::size_t>(g)] = static_cast<std::int16_t>(s);
+      }
+      d[t * nsb + sb] = dd;
+    }
+  }
+}
+
+void decode_superblock(DType t, const void* row, std::size_t sb, SuperBlock& out) {
+  const auto* p = static_cast<const std::uint8_t*>(row);
+  switch (t) {
+    case DType::Q4_K: {
+      const std::uint8_t* blk = p + sb * 144;
+      out.d = f16_to_f32(rd16(blk));
+      out.dmin = f16_to_f32(rd16(blk + 2));
+      for (int j = 0; j < 8; ++j) {
+        int sc = 0, m = 0;
+        scale_min_k4(j, blk + 4, sc, m);
+        out.sc[2 * j] = out.sc[2 * j + 1] = static_cast<std::int16_t>(sc);
+        out.m[2 * j] = out.m[2 * j + 1] = static_cast<std::int16_t>(m);
+        const std::uint8_t* qs = blk + 16 + 32 * (j / 2);
+        for (int k = 0; k < 32; ++k)
+          out.u[32 * j + k] = static_cast<std::uint8_t>((qs[k] >> ((j % 2) * 4)) & 0xF);
+      }
+      return;
+    }
+    case DType::Q6_K: {
+      Block32 b;
+      for (int j = 0; j < 8; ++j) {
+        decode_block32(t, row, sb * 8 + static_cast<std::size_t>(j), b);
+        for (int k = 0; k < 32; ++k) out.u[32 * j + k] = static_cast<std::uint8_t>(b.q[k] + 32);
+        for (int h = 0; h < 2; ++h) {
+          out.sc[2 * j + h] = b.mul[h];
+          out.m[2 * j + h] = static_cast<std::int16_t>(32 * b.mul[h]);
+        }
+        out.d = out.dmin = b.f;
+      }
+      return;
+    }
+    default:
+      throw Error(std::string("decode_superblock: ") + std::string(dtype_name(t)) +
+                  " has no super-blocks");
+  }
+}
+
 }  // namespace quant
 }  // namespace rkv

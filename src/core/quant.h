@@ -97,14 +97,49 @@ void quantize_row(DType t, const float* x, std::size_t cols, void* out);
 // A row of K activations quantized to 8 bits in blocks of 32, as llama.cpp does for its Q8_0 dot
 // products (it is the same for every weight type here): per block d = max|x| / 127 rounded to
 // f16 (ggml's Q8_0 keeps d in f16), q = round(x / d) in [-127, 127], and the sum of the q.
+// For Q4_K and Q6_K weights the activations are instead quantized in super-blocks of 256, as
+// llama.cpp's Q8_K (quantize_activations_k): d = max|x| / 127 per 256 elements, kept in float,
+// q = round(x / d) in [-127, 127], and the sums of the q per 16 elements. One scale per
+// super-block lets the kernels sum the integer products of all of a super-block's sub-blocks,
+// each times its integer weight scale, before any float arithmetic.
+// A matmul fills the fields its weight type reads: q, d and sum (blocks of 32) or qk, dk and bsum
+// (super-blocks; uses_superblock_activations). The AMX-INT8 tiles read the blocks of 32 for every
+// type they run.
 struct ActivationBlocks {
   const std::int8_t* q;     // [K]
   const float* d;           // [K / 32]
   const std::int32_t* sum;  // [K / 32]
+  const std::int8_t* qk = nullptr;     // [K]
+  const float* dk = nullptr;           // [K / 256]
+  const std::int16_t* bsum = nullptr;  // [K / 16]
 };
 
 // Quantizes T rows of K floats (K a multiple of 32): q [T][K], d and sum [T][K / 32].
 void quantize_activations(const float* x, std::size_t T, std::size_t K, std::int8_t* q, float* d,
                           std::int32_t* sum);
+
+// Whether weights of type t take the super-block activations (Q4_K, Q6_K).
+inline bool uses_superblock_activations(DType t) {
+  return t == DType::Q4_K || t == DType::Q6_K;
+}
+
+// Quantizes T rows of K floats (K a multiple of 256) into super-blocks: q [T][K], d [T][K / 256],
+// bsum [T][K / 16]. Rounding as quantize_activations (half away from zero).
+void quantize_activations_k(const float* x, std::size_t T, std::size_t K, std::int8_t* q, float* d,
+                            std::int16_t* bsum);
+
+// One super-block of a Q4_K or Q6_K row as integers: element k is
+//   d * sc[k / 16] * u[k] - dmin * m[k / 16]
+// with u unsigned (Q4_K: the nibble, sc and m its sub-block's 6-bit scale and min; Q6_K: q + 32
+// in 0..63, sc the int8 scale, dmin = d and m = 32 sc), so that a dot product with super-block
+// activations is d * sum_g sc[g] (u . q)_g - dmin * sum_g m[g] bsum[g] in exact integers.
+struct SuperBlock {
+  std::uint8_t u[256];
+  std::int16_t sc[16];
+  std::int16_t m[16];
+  float d;
+  float dmin;
+};
+void decode_superblock(DType t, const void* row, std::size_t sb, SuperBlock& out);
 
 }  // namespace rkv::quant

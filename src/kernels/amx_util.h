@@ -1,5 +1,5 @@
 // What the AMX kernels share (matmul_avx512bf16.cpp's bf16 GEMM, matmul_quant_amxint8.cpp's
-// quantized one): the tile configuration and a per-thread scratch buffer. Include only from
+// quantized one): the tile configuration (and scratch.h's per-thread buffer). Include only from
 // translation units compiled with -mamx-tile; everything is internal to each of them.
 #pragma once
 
@@ -7,8 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <new>
+
+#include "kernels/scratch.h"
 
 namespace rkv::kernels {
 namespace {
@@ -29,31 +29,6 @@ inline void load_tiles(const TileConfig& c) {
   __asm__ __volatile__("" : : "r"(&c) : "memory");
   _tile_loadconfig(&c);
 }
-
-// A per-thread, grow-only, 64-byte aligned scratch buffer.
-class Scratch {
- public:
-  Scratch() = default;
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() { std::free(p_); }
-  void* get(std::size_t bytes) {
-    if (bytes > cap_) {
-      std::free(p_);
-      cap_ = (bytes + 4095) / 4096 * 4096;
-      p_ = std::aligned_alloc(64, cap_);
-      if (p_ == nullptr) {
-        cap_ = 0;
-        throw std::bad_alloc();
-      }
-    }
-    return p_;
-  }
-
- private:
-  void* p_ = nullptr;
-  std::size_t cap_ = 0;
-};
 
 }  // namespace
 }  // namespace rkv::kernels

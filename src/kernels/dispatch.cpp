@@ -40,6 +40,7 @@ QuantizedRowsFn quantized_rows_avx2_fn();
 QuantizedRowsFn quantized_rows_avx512vnni_fn();
 QuantizedRowsFn quantized_rows_amx_int8_fn();
 QuantizeActivationsFn quantize_activations_avx2_fn();
+QuantizeActivationsKFn quantize_activations_k_avx2_fn();
 static bool cpu_has_avx512vnni() {
   return __builtin_cpu_supports("avx512vnni");
 }
@@ -57,6 +58,9 @@ static QuantizedRowsFn quantized_rows_avx2_fn() {
   return nullptr;
 }
 static QuantizeActivationsFn quantize_activations_avx2_fn() {
+  return nullptr;
+}
+static QuantizeActivationsKFn quantize_activations_k_avx2_fn() {
   return nullptr;
 }
 static MatmulRowsFn matmul_rows_avx2_fn() {
@@ -220,6 +224,18 @@ QuantizeActivationsFn quantize_activations_for(Isa isa) {
     case Isa::Avx512:
     case Isa::Avx512Bf16:
       return quantize_activations_avx2_fn();
+  }
+  return nullptr;
+}
+
+QuantizeActivationsKFn quantize_activations_k_for(Isa isa) {
+  switch (isa) {
+    case Isa::Reference:
+      return &quant::quantize_activations_k;
+    case Isa::Avx2:
+    case Isa::Avx512:
+    case Isa::Avx512Bf16:
+      return quantize_activations_k_avx2_fn();
   }
   return nullptr;
 }
@@ -403,29 +419,45 @@ void matmul(const float* x, std::size_t T, const WeightView& w, float* y, Thread
     // The activations are quantized once, here, for every thread's rows.
     static const QuantizedRowsFn qrows_fn = quantized_rows_for(active_isa());
     static const QuantizeActivationsFn quantize_fn = quantize_activations_for(active_isa());
+    static const QuantizeActivationsKFn quantize_k_fn = quantize_activations_k_for(active_isa());
+    const bool on_tiles = amx_int8_enabled() && quantized_on_tiles(w, T);
+    const bool superblocks = quant::uses_superblock_activations(w.dtype) && !on_tiles;
     const std::size_t K = w.cols, nb = K / 32;
+    // Per row: the scales and sums of blocks of 32, or of super-blocks (K / 256 scales, K / 16
+    // sums).
+    const std::size_t nd = superblocks ? K / 256 : nb, ns = superblocks ? K / 16 : nb;
     thread_local std::vector<std::int8_t> q;
     thread_local std::vector<float> d;
     thread_local std::vector<std::int32_t> sum;
+    thread_local std::vector<std::int16_t> bsum;
     q.resize(T * K);
-    d.resize(T * nb);
-    sum.resize(T * nb);
+    d.resize(T * nd);
+    if (superblocks)
+      bsum.resize(T * ns);
+    else
+      sum.resize(T * ns);
     // Rows are quantized independently: prefill shares them out (a fifth of a Q4_K GEMM's time
     // on one thread when the tiles run it).
     std::int8_t* const qp = q.data();  // the calling thread's buffers, for every thread
     float* const dp = d.data();
     std::int32_t* const sp = sum.data();
+    std::int16_t* const bp = bsum.data();
     auto quantize = [&](std::size_t t0, std::size_t t1) {
-      quantize_fn(x + t0 * K, t1 - t0, K, qp + t0 * K, dp + t0 * nb, sp + t0 * nb);
+      if (superblocks)
+        quantize_k_fn(x + t0 * K, t1 - t0, K, qp + t0 * K, dp + t0 * nd, bp + t0 * ns);
+      else
+        quantize_fn(x + t0 * K, t1 - t0, K, qp + t0 * K, dp + t0 * nb, sp + t0 * nb);
     };
     if (T >= 16)
       pool.parallel_ranges(T, 1, quantize);
     else
       quantize(0, T);
-    const quant::ActivationBlocks xq{qp, dp, sp};
+    const quant::ActivationBlocks xq =
+        superblocks ? quant::ActivationBlocks{nullptr, nullptr, nullptr, qp, dp, bp}
+                    : quant::ActivationBlocks{qp, dp, sp};
     // The tiles lay the activations out once per call: one range per thread there (their work is
     // even); elsewhere four, which balance uneven threads.
-    const int chunks = amx_int8_enabled() && quantized_on_tiles(w, T) ? 1 : 4;
+    const int chunks = on_tiles ? 1 : 4;
     pool.parallel_ranges(
         N, 16, [&](std::size_t n0, std::size_t n1) { qrows_fn(xq, T, w, n0, n1, y, N); }, chunks);
     return;

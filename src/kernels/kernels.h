@@ -48,10 +48,11 @@ void round_activations(const float* x, std::size_t n, DType dtype, float* out);
 // w.precision == Rounded and 16-bit weights, x is round_activations(x) (rounded once, here).
 // AVX512-BF16 makes its bf16 parts with VCVTNEPS2BF16, which reads a denormal activation
 // (|x| < 1.2e-38) as zero.
-// Quantized weights: x is first quantized to 8 bits in blocks of 32 (quant::quantize_activations,
-// as llama.cpp does for these dot products; it keeps llama.cpp's greedy ids on its own Q8_0/Q4_0
-// goldens), each row kernel quantizing the rows of x it is given; the products are integer per
-// 32-element block, scaled and summed in float32.
+// Quantized weights: x is first quantized to 8 bits, as llama.cpp does for these dot products: in
+// blocks of 32 (quant::quantize_activations, its Q8_0; it keeps llama.cpp's greedy ids on its own
+// Q8_0/Q4_0 goldens), and for Q4_K/Q6_K in super-blocks of 256 (quantize_activations_k, its Q8_K;
+// blocks of 32 where the AMX-INT8 tiles run them). The products are exact integers per block
+// (per super-block for Q4_K/Q6_K), scaled and summed in float32.
 void matmul(const float* x, std::size_t T, const WeightView& w, float* y, ThreadPool& pool);
 
 // Several products of the same input: y_i = x w_i^T. Where the weights are bf16 on AVX512-BF16
@@ -136,20 +137,25 @@ inline bool quantized_on_tiles(const WeightView& w, std::size_t T) {
 std::string kernels_name();
 
 // ---- quantized weights ----
-// matmul quantizes the activations once (an ISA's QuantizeActivationsFn; every ISA's gives the
-// same bytes as quant::quantize_activations) and splits the rows over threads with that ISA's
+// matmul quantizes the activations once (an ISA's QuantizeActivationsFn or, for Q4_K/Q6_K off
+// the AMX tiles, QuantizeActivationsKFn; every ISA's gives the same bytes as the quant:: one) and
+// splits the rows over threads with that ISA's
 // QuantizedRowsFn. x holds T rows of w.cols activations, quantized.
 using QuantizedRowsFn = void (*)(const quant::ActivationBlocks& x, std::size_t T,
                                  const WeightView& w, std::size_t n0, std::size_t n1, float* y,
                                  std::size_t ldy);
 using QuantizeActivationsFn = void (*)(const float* x, std::size_t T, std::size_t K, std::int8_t* q,
                                        float* d, std::int32_t* sum);
+// The super-block activations of Q4_K/Q6_K weights (quant::quantize_activations_k's bytes).
+using QuantizeActivationsKFn = void (*)(const float* x, std::size_t T, std::size_t K,
+                                        std::int8_t* q, float* d, std::int16_t* bsum);
 // nullptr where this build has none. The AVX-512 ISAs run the AVX512-VNNI kernels for quantized
 // types where the CPU has VNNI (quantized_avx512_uses_vnni), else the AVX2 ones; every ISA
 // quantizes the activations with the AVX2 quantizer (the same bytes as the reference).
 QuantizedRowsFn quantized_rows_for(Isa isa);
 bool quantized_avx512_uses_vnni();
 QuantizeActivationsFn quantize_activations_for(Isa isa);
+QuantizeActivationsKFn quantize_activations_k_for(Isa isa);
 void quantized_rows_reference(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w,
                               std::size_t n0, std::size_t n1, float* y, std::size_t ldy);
 // An ISA's matmul rows for quantized weights from f32 activations (quantized here, per call):

@@ -1,17 +1,18 @@
 // AVX2 kernels for block-quantized weights (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, MXFP4: core/quant.h)
-// against activations quantized to 8 bits in blocks of 32 (quant::quantize_activations, whose AVX2
-// version is here and gives the same bytes).
+// against activations quantized to 8 bits in blocks of 32 (quant::quantize_activations), or for
+// Q4_K/Q6_K in super-blocks of 256 (quant::quantize_activations_k); the AVX2 versions of both
+// quantizers are here and give the same bytes.
 //
-// Each 32-element weight block is decoded to 32 small integers in a register (plus its float
-// scale, Q6_K's two 16-element int8 scales and Q4_K's min); its product with an activation block
-// is vpmaddubsw (unsigned x signed bytes to pairs of int16; signed weights go through the usual
-// abs/sign trick) then vpmaddwd (by 1, or Q6_K's scales) to eight int32, converted to float and
-// accumulated with one FMA by (weight scale x activation scale). Q4_K's mins are subtracted per
-// block with the activations' sums; MXFP4's 4-bit codes become their values through a 16-byte
-// table (vpshufb), and its blocks are summed in llama.cpp's order (tile_mxfp4). A tile is R
-// weight rows x TT activation rows, so each decoded block serves TT rows of x (decode: TT = 1..4;
-// prefill: the rows of x in chunks of 64, so that the chunk stays in cache while the thread's
-// weight rows stream past it).
+// Each 32-element weight block of the blocks-of-32 types is decoded to 32 small integers in a
+// register and its float scale; its product with an activation block is vpmaddubsw (unsigned x
+// signed bytes to pairs of int16; signed weights go through the usual abs/sign trick) then
+// vpmaddwd by 1 to eight int32, converted to float and accumulated with one FMA by (weight scale
+// x activation scale). MXFP4's 4-bit codes become their values through a 16-byte table (vpshufb),
+// and its blocks are summed in llama.cpp's order (tile_mxfp4). Q4_K/Q6_K (tile_k) keep their
+// weights unsigned and multiply by their integer scales with vpmaddwd, so a whole super-block is
+// summed in int32 before one float FMA. A tile is R weight rows x TT activation rows, so each
+// decoded block serves TT rows of x (decode: TT = 1..4; prefill: the rows of x in chunks of 64,
+// so that the chunk stays in cache while the thread's weight rows stream past it).
 //
 // Everything here has internal linkage and uses no out-of-line library templates (see
 // matmul_avx2.cpp).
@@ -34,6 +35,7 @@ namespace rkv::kernels {
 
 QuantizedRowsFn quantized_rows_avx2_fn();
 QuantizeActivationsFn quantize_activations_avx2_fn();
+QuantizeActivationsKFn quantize_activations_k_avx2_fn();
 
 namespace {
 
@@ -49,12 +51,10 @@ inline float h2f(const std::uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// One decoded 32-element weight block: w[k] = f * mul[k / 16] * q[k] - min.
+// One decoded 32-element weight block of the blocks-of-32 types: w[k] = f * q[k].
 struct Dec {
-  __m256i q;    // 32 x int8 (signed types) or uint8 (Q4_K)
-  __m256i mul;  // 16 x int16: 1, or Q6_K's scales (8 lanes each)
+  __m256i q;  // 32 x int8
   float f;
-  float min;
 };
 
 // The 32 nibbles of 16 bytes: low nibbles in the low 128 bits (elements 0-15), high in the high.
@@ -83,9 +83,6 @@ inline __m256i mxfp4_values() {
 
 template <DType D>
 inline void decode(const std::uint8_t* row, std::size_t b, Dec& o) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  o.mul = ones;
-  o.min = 0.0f;
   if constexpr (D == DType::Q8_0) {
     const std::uint8_t* blk = row + b * 34;
     o.f = h2f(blk);
@@ -100,43 +97,10 @@ inline void decode(const std::uint8_t* row, std::size_t b, Dec& o) {
     std::uint32_t qh;
     std::memcpy(&qh, blk + 2, 4);
     o.q = _mm256_or_si256(nibbles(blk + 6), q5_offsets(qh));
-  } else if constexpr (D == DType::MXFP4) {
+  } else {  // MXFP4
     const std::uint8_t* blk = row + b * 17;
     o.f = quant::e8m0_half(blk[0]);
     o.q = _mm256_shuffle_epi8(mxfp4_values(), nibbles(blk + 1));
-  } else if constexpr (D == DType::Q4_K) {
-    const std::uint8_t* blk = row + (b / 8) * 144;
-    const int j = static_cast<int>(b % 8);
-    const std::uint8_t* s = blk + 4;
-    int sc, m;
-    if (j < 4) {
-      sc = s[j] & 63;
-      m = s[j + 4] & 63;
-    } else {
-      sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-      m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-    o.f = h2f(blk) * static_cast<float>(sc);
-    o.min = h2f(blk + 2) * static_cast<float>(m);
-    const __m256i qs =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (j / 2)));
-    o.q = _mm256_and_si256(_mm256_srli_epi16(qs, (j % 2) * 4), _mm256_set1_epi8(0x0F));
-  } else {  // Q6_K
-    const std::uint8_t* blk = row + (b / 8) * 210;
-    const int j = static_cast<int>(b % 8);
-    const int h = j / 4, quarter = j % 4;
-    const __m256i ql =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + (quarter % 2) * 32));
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
-    const __m256i lo =
-        _mm256_and_si256(_mm256_srli_epi16(ql, (quarter / 2) * 4), _mm256_set1_epi8(0x0F));
-    const __m256i hi = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, quarter * 2), 4),
-                                        _mm256_set1_epi8(0x30));
-    o.q = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
-    const auto* scales = reinterpret_cast<const std::int8_t*>(blk + 192);
-    o.mul = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(scales[2 * j])),
-                                    _mm_set1_epi16(scales[2 * j + 1]), 1);
-    o.f = h2f(blk + 208);
   }
 }
 
@@ -154,24 +118,13 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
   const std::size_t nb = K / 32;
   const std::size_t pf = kPrefetchRows * rb;  // the same place in the next tile's rows
   __m256 acc[R][TT];
-  float mins[R][TT];
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < TT; ++t) {
-      acc[r][t] = _mm256_setzero_ps();
-      mins[r][t] = 0.0f;
-    }
+    for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
   const std::int8_t* xq = x.q + t0 * K;
   const float* xd = x.d + t0 * nb;
-  const std::int32_t* xs = x.sum + t0 * nb;
-  constexpr std::size_t kBlockBytes = D == DType::Q4_K ? 144 : D == DType::Q6_K ? 210 : 0;
   for (std::size_t b = 0; b < nb; ++b) {
-    if constexpr (kBlockBytes > 0) {
-      if (b % 8 == 0)
-        for (int r = 0; r < R; ++r) prefetch_ahead(w + r * rb + (b / 8) * kBlockBytes, pf);
-    } else {
-      if (b % 2 == 0)
-        for (int r = 0; r < R; ++r) prefetch_ahead(w + r * rb + b * dtype_size(D), pf);
-    }
+    if (b % 2 == 0)
+      for (int r = 0; r < R; ++r) prefetch_ahead(w + r * rb + b * dtype_size(D), pf);
     __m256i xv[TT];
     float dx[TT];
     for (int t = 0; t < TT; ++t) {
@@ -181,27 +134,16 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
     for (int r = 0; r < R; ++r) {
       Dec d;
       decode<D>(w + r * rb, b, d);
-      if constexpr (D == DType::Q4_K) {  // unsigned weights
-        for (int t = 0; t < TT; ++t) {
-          const __m256i p =
-              _mm256_madd_epi16(_mm256_maddubs_epi16(d.q, xv[t]), _mm256_set1_epi16(1));
-          acc[r][t] =
-              _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d.f * dx[t]), acc[r][t]);
-          mins[r][t] += d.min * dx[t] * static_cast<float>(xs[t * nb + b]);
-        }
-      } else {
-        const __m256i aq = _mm256_abs_epi8(d.q);
-        for (int t = 0; t < TT; ++t) {
-          const __m256i p =
-              _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv[t], d.q)), d.mul);
-          acc[r][t] =
-              _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d.f * dx[t]), acc[r][t]);
-        }
+      const __m256i aq = _mm256_abs_epi8(d.q);
+      for (int t = 0; t < TT; ++t) {
+        const __m256i p = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv[t], d.q)), _mm256_set1_epi16(1));
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d.f * dx[t]), acc[r][t]);
       }
     }
   }
   for (int t = 0; t < TT; ++t)
-    for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]) - mins[r][t];
+    for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]);
 }
 
 // MXFP4 in ggml_vec_dot_mxfp4_q8_0's order (its AVX2 code): the even blocks accumulate in one
@@ -266,106 +208,111 @@ void tile_mxfp4(const std::uint8_t* w, std::size_t rb, const quant::ActivationBl
   }
 }
 
-// Q4_K / Q6_K: the same product, super-block by super-block, so that each row's scales are
-// decoded once per 256 elements: Q4_K's eight scales (times d) and mins (times dmin) as vectors,
-// its min term for all eight sub-blocks in one FMA against the activations' d * sum; Q6_K's
-// sixteen int8 scales widened once, each sub-block's pair picked by one byte shuffle.
+// Q4_K / Q6_K against super-block activations (quant::SuperBlock), 32 elements at a time: the
+// unsigned weights u (Q4_K's nibbles, Q6_K's q + 32) by the activation bytes with vpmaddubsw,
+// then by the int16 scales of the two groups of 16 with vpmaddwd, summed in exact int32 over the
+// super-block; then once per super-block acc += I * (d * dx), less the mins (Q6_K: its offset
+// 32 sc) as sixteen floats dmin m[g] against the activations' dx * bsum[g].
 template <DType D, int R, int TT>
 void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x, std::size_t K,
             std::size_t t0, float* y, std::size_t ldy) {
   const std::size_t pf = kPrefetchRows * rb;
   constexpr std::size_t kBytes = D == DType::Q4_K ? 144 : 210;
-  const std::size_t nb = K / 32, nsb = K / 256;
+  const std::size_t nsb = K / 256, ng = K / 16;
   __m256 acc[R][TT];
-  __m256 macc[R][TT];
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < TT; ++t) acc[r][t] = macc[r][t] = _mm256_setzero_ps();
-  const std::int8_t* xq = x.q + t0 * K;
-  const float* xd = x.d + t0 * nb;
-  const std::int32_t* xs = x.sum + t0 * nb;
-  // Q6_K: byte-shuffle controls that pick int16 scales (2j, 2j + 1) of a 4-pair group into the
-  // low and high 128 bits.
-  alignas(32) static constexpr std::int8_t kPick[4][32] = {
-      {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
-       2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
-      {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5,
-       6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
-      {8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,
-       10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
-      {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13,
-       14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15}};
+    for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
+  const std::int8_t* xq = x.qk + t0 * K;
+  const float* xd = x.dk + t0 * nsb;
+  const std::int16_t* xs = x.bsum + t0 * ng;
+  // vpshufb control: int16 0 of each 32-bit lane into the low 128 bits, int16 1 into the high.
+  const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3,
+                                        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
   for (std::size_t sb = 0; sb < nsb; ++sb) {
-    alignas(32) float f[R][8];
-    __m256i sc16[R][2];  // Q6_K: scales 0-7 and 8-15 as int16, in both 128-bit halves
+    __m256i sc16[R];  // the sixteen scales, one per 16 elements, int16
+    __m256 mw[R][2];  // dmin m[g] (Q6_K: d 32 sc[g]) for g = 0-7 and 8-15
+    float d[R];
     for (int r = 0; r < R; ++r) {
       const std::uint8_t* blk = w + r * rb + sb * kBytes;
       for (std::size_t off = 0; off < kBytes; off += 64) prefetch_ahead(blk + off, pf);
+      __m256i m16;
+      float dmin;
       if constexpr (D == DType::Q4_K) {
-        // The eight 6-bit scales and mins, four bytes at a time.
         std::uint64_t sc8, m8;
         quant::q4_k_scales_mins(blk + 4, sc8, m8);
-        const __m256 fv = _mm256_mul_ps(_mm256_set1_ps(h2f(blk)),
-                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                            _mm_cvtsi64_si128(static_cast<long long>(sc8)))));
-        _mm256_store_ps(f[r], fv);
-        const __m256 mv = _mm256_mul_ps(_mm256_set1_ps(h2f(blk + 2)),
-                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                            _mm_cvtsi64_si128(static_cast<long long>(m8)))));
-        for (int t = 0; t < TT; ++t) {
-          const __m256 dv = _mm256_loadu_ps(xd + t * nb + sb * 8);
-          const __m256 sum = _mm256_cvtepi32_ps(
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + t * nb + sb * 8)));
-          macc[r][t] = _mm256_fmadd_ps(mv, _mm256_mul_ps(dv, sum), macc[r][t]);
-        }
+        // Each sub-block's scale and min for both of its groups of 16.
+        const __m128i sc = _mm_cvtsi64_si128(static_cast<long long>(sc8));
+        const __m128i mn = _mm_cvtsi64_si128(static_cast<long long>(m8));
+        sc16[r] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc, sc));
+        m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+        d[r] = h2f(blk);
+        dmin = h2f(blk + 2);
       } else {
-        const float d = h2f(blk + 208);
-        for (int j = 0; j < 8; ++j) f[r][j] = d;
-        const __m256i all = _mm256_cvtepi8_epi16(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));  // 16 x int16
-        sc16[r][0] = _mm256_permute2x128_si256(all, all, 0x00);
-        sc16[r][1] = _mm256_permute2x128_si256(all, all, 0x11);
+        sc16[r] =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+        m16 = _mm256_slli_epi16(sc16[r], 5);
+        d[r] = dmin = h2f(blk + 208);
       }
+      const __m256 dm = _mm256_set1_ps(dmin);
+      mw[r][0] = _mm256_mul_ps(
+          dm, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(m16))));
+      mw[r][1] = _mm256_mul_ps(
+          dm, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(m16, 1))));
     }
+    __m256i isum[R][TT];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < TT; ++t) isum[r][t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
-      const std::size_t b = sb * 8 + static_cast<std::size_t>(j);
       __m256i xv[TT];
-      float dx[TT];
-      for (int t = 0; t < TT; ++t) {
-        xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * K + b * 32));
-        dx[t] = xd[t * nb + b];
-      }
+      for (int t = 0; t < TT; ++t)
+        xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * K + sb * 256 + 32 * j));
       for (int r = 0; r < R; ++r) {
         const std::uint8_t* blk = w + r * rb + sb * kBytes;
+        __m256i u;
         if constexpr (D == DType::Q4_K) {
           const __m256i qs =
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (j / 2)));
-          const __m256i q =
-              _mm256_and_si256(_mm256_srli_epi16(qs, (j % 2) * 4), _mm256_set1_epi8(0x0F));
-          for (int t = 0; t < TT; ++t) {
-            const __m256i p =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv[t]), _mm256_set1_epi16(1));
-            acc[r][t] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f[r][j] * dx[t]), acc[r][t]);
-          }
+          u = _mm256_and_si256(_mm256_srli_epi16(qs, (j % 2) * 4), _mm256_set1_epi8(0x0F));
         } else {
-          Dec dq;
-          decode<D>(w + r * rb, b, dq);  // the quants (its scale vector is replaced below)
-          const __m256i mul = _mm256_shuffle_epi8(
-              sc16[r][j / 4], _mm256_load_si256(reinterpret_cast<const __m256i*>(kPick[j % 4])));
-          const __m256i aq = _mm256_abs_epi8(dq.q);
-          for (int t = 0; t < TT; ++t) {
-            const __m256i p =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv[t], dq.q)), mul);
-            acc[r][t] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f[r][j] * dx[t]), acc[r][t]);
-          }
+          const int h = j / 4, quarter = j % 4;
+          const __m256i ql = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(blk + 64 * h + (quarter % 2) * 32));
+          const __m256i qh =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+          const __m256i lo =
+              _mm256_and_si256(_mm256_srli_epi16(ql, (quarter / 2) * 4), _mm256_set1_epi8(0x0F));
+          const __m256i hi = _mm256_and_si256(
+              _mm256_slli_epi16(_mm256_srli_epi16(qh, quarter * 2), 4), _mm256_set1_epi8(0x30));
+          u = _mm256_or_si256(lo, hi);
         }
+        // int16 lanes 0-7 (elements 0-15) take scale 2j, lanes 8-15 scale 2j + 1.
+        const __m256i scale =
+            _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16[r], _mm256_set1_epi32(j)), pick);
+        for (int t = 0; t < TT; ++t)
+          isum[r][t] = _mm256_add_epi32(isum[r][t],
+                                        _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv[t]), scale));
+      }
+    }
+    for (int t = 0; t < TT; ++t) {
+      const float dx = xd[t * nsb + sb];
+      const __m256 dxv = _mm256_set1_ps(dx);
+      const __m256i bs =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + t * ng + sb * 16));
+      const __m256 fb0 = _mm256_mul_ps(
+          dxv, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(bs))));
+      const __m256 fb1 = _mm256_mul_ps(
+          dxv, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(bs, 1))));
+      for (int r = 0; r < R; ++r) {
+        __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(d[r] * dx),
+                                   acc[r][t]);
+        a = _mm256_fnmadd_ps(mw[r][0], fb0, a);
+        acc[r][t] = _mm256_fnmadd_ps(mw[r][1], fb1, a);
       }
     }
   }
   for (int t = 0; t < TT; ++t)
-    for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]) - hsum(macc[r][t]);
+    for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]);
 }
 
 // This ISA's tile for quant_rows.h.
@@ -389,57 +336,95 @@ struct Tile {
   }
 };
 
-// quant::quantize_activations, eight lanes at a time, with the same float operations (max|x|,
-// d = amax / 127, 1 / d, x * (1 / d) rounded half away from zero, d rounded to f16 to nearest
-// even), so the bytes are identical.
+// quant::quantize_activations(_k)'s float operations, eight lanes at a time: the largest |x|
+// of v[0 .. n), and x * (1 / d) rounded half away from zero (truncate, then step away from zero
+// where |frac| >= 0.5) and clamped to [-127, 127], as int32.
+inline float abs_max(const __m256* v, int n) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < n; ++i) m = _mm256_max_ps(m, _mm256_and_ps(v[i], abs_mask));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  return _mm_cvtss_f32(m4);
+}
+
+inline __m256i round_scaled(__m256 v, __m256 idv) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m256 p = _mm256_mul_ps(v, idv);
+  const __m256 tr = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256 frac = _mm256_and_ps(_mm256_sub_ps(p, tr), abs_mask);
+  const __m256 step =
+      _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ),
+                    _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(p, sign_mask)));
+  __m256 r = _mm256_add_ps(tr, step);
+  r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+  return _mm256_cvtps_epi32(r);
+}
+
+// 32 int32 in four vectors -> 32 int8 in element order.
+inline __m256i pack_bytes(const __m256i (&qi)[4]) {
+  const __m256i p01 = _mm256_packs_epi32(qi[0], qi[1]);
+  const __m256i p23 = _mm256_packs_epi32(qi[2], qi[3]);
+  const __m256i p = _mm256_packs_epi16(p01, p23);
+  return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+inline std::int32_t hsum_i32(__m256i s) {
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+  return _mm_cvtsi128_si32(s4);
+}
+
+// quant::quantize_activations with the same float operations (max|x|, d = amax / 127, 1 / d,
+// the rounding above, d rounded to f16 to nearest even), so the bytes are identical.
 void quantize_activations_avx2(const float* x, std::size_t T, std::size_t K, std::int8_t* q,
                                float* d, std::int32_t* sum) {
   const std::size_t nb = K / 32;
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
   for (std::size_t t = 0; t < T; ++t) {
     for (std::size_t b = 0; b < nb; ++b) {
       const float* xb = x + t * K + b * 32;
       __m256 v[4];
-      __m256 m = _mm256_setzero_ps();
-      for (int i = 0; i < 4; ++i) {
-        v[i] = _mm256_loadu_ps(xb + 8 * i);
-        m = _mm256_max_ps(m, _mm256_and_ps(v[i], abs_mask));
-      }
-      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-      const float amax = _mm_cvtss_f32(m4);
-      const float dd = amax / 127.0f;
-      const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
-      const __m256 idv = _mm256_set1_ps(id);
+      for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
+      const float dd = abs_max(v, 4) / 127.0f;
+      const __m256 idv = _mm256_set1_ps(dd != 0.0f ? 1.0f / dd : 0.0f);
       __m256i qi[4];
       __m256i s = _mm256_setzero_si256();
       for (int i = 0; i < 4; ++i) {
-        const __m256 p = _mm256_mul_ps(v[i], idv);
-        // Round half away from zero: truncate, then step away from zero where |frac| >= 0.5.
-        const __m256 tr = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-        const __m256 frac = _mm256_and_ps(_mm256_sub_ps(p, tr), abs_mask);
-        const __m256 step =
-            _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ),
-                          _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(p, sign_mask)));
-        __m256 r = _mm256_add_ps(tr, step);
-        r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
-        qi[i] = _mm256_cvtps_epi32(r);
+        qi[i] = round_scaled(v[i], idv);
         s = _mm256_add_epi32(s, qi[i]);
       }
-      // int32 -> int8, back in element order.
-      const __m256i p01 = _mm256_packs_epi32(qi[0], qi[1]);
-      const __m256i p23 = _mm256_packs_epi32(qi[2], qi[3]);
-      __m256i p = _mm256_packs_epi16(p01, p23);
-      p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + t * K + b * 32), p);
-      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-      sum[t * nb + b] = _mm_cvtsi128_si32(s4);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + t * K + b * 32), pack_bytes(qi));
+      sum[t * nb + b] = hsum_i32(s);
       d[t * nb + b] =
           _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(dd), _MM_FROUND_TO_NEAREST_INT)));
+    }
+  }
+}
+
+// quant::quantize_activations_k likewise (d kept in float, the sums per 16).
+void quantize_activations_k_avx2(const float* x, std::size_t T, std::size_t K, std::int8_t* q,
+                                 float* d, std::int16_t* bsum) {
+  const std::size_t nsb = K / 256;
+  for (std::size_t t = 0; t < T; ++t) {
+    for (std::size_t sb = 0; sb < nsb; ++sb) {
+      const float* xb = x + t * K + sb * 256;
+      __m256 v[32];
+      for (int i = 0; i < 32; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
+      const float dd = abs_max(v, 32) / 127.0f;
+      const __m256 idv = _mm256_set1_ps(dd != 0.0f ? 1.0f / dd : 0.0f);
+      for (int c = 0; c < 8; ++c) {  // 32 elements at a time
+        __m256i qi[4];
+        for (int i = 0; i < 4; ++i) qi[i] = round_scaled(v[4 * c + i], idv);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + t * K + sb * 256 + 32 * c),
+                            pack_bytes(qi));
+        std::int16_t* bs = bsum + t * (K / 16) + sb * 16 + 2 * c;
+        bs[0] = static_cast<std::int16_t>(hsum_i32(_mm256_add_epi32(qi[0], qi[1])));
+        bs[1] = static_cast<std::int16_t>(hsum_i32(_mm256_add_epi32(qi[2], qi[3])));
+      }
+      d[t * nsb + sb] = dd;
     }
   }
 }
@@ -452,6 +437,10 @@ QuantizedRowsFn quantized_rows_avx2_fn() {
 
 QuantizeActivationsFn quantize_activations_avx2_fn() {
   return &quantize_activations_avx2;
+}
+
+QuantizeActivationsKFn quantize_activations_k_avx2_fn() {
+  return &quantize_activations_k_avx2;
 }
 
 }  // namespace rkv::kernels

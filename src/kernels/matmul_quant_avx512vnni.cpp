@@ -1,22 +1,25 @@
 // AVX-512 VNNI kernels for block-quantized weights (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, MXFP4:
 // core/quant.h) against activations quantized to 8 bits in blocks of 32
-// (quant::quantize_activations; the AVX2 quantizer gives the same bytes and is used here too).
+// (quant::quantize_activations), or for Q4_K/Q6_K in super-blocks of 256
+// (quant::quantize_activations_k); the AVX2 quantizers give the same bytes and are used here too.
 // Dispatch (dispatch.cpp) runs them for the AVX-512 instruction sets where the CPU also has
 // AVX512-VNNI; without it those sets run the AVX2 kernels.
 //
-// Two consecutive 32-element blocks fill one 512-bit register. Each weight block is decoded to
-// 64 unsigned bytes u with w = f * mul * (u - o) - min: o = 128 for Q8_0 (u = q XOR 0x80), 8 for
-// Q4_0, 16 for Q5_0, 32 for Q6_K, 12 for MXFP4 (its codes' values plus 12, through a 16-byte
-// table with vpshufb), 0 for Q4_K (whose min is subtracted with the activations' block sums, as
-// in the AVX2 kernels). vpdpbusd multiplies u by the signed activation bytes and sums each group
+// The blocks-of-32 types: two consecutive 32-element blocks fill one 512-bit register. Each
+// weight block is decoded to 64 unsigned bytes u with w = f * (u - o): o = 128 for Q8_0 (u = q
+// XOR 0x80), 8 for Q4_0, 16 for Q5_0, 12 for MXFP4 (its codes' values plus 12, through a 16-byte
+// table with vpshufb). vpdpbusd multiplies u by the signed activation bytes and sums each group
 // of four into an int32 lane; the offset is removed per lane with the same instruction on a
 // vector of o (computed once per activation row and block pair, shared by all weight rows of a
-// tile), so lane l holds the exact integer sum of q * x over its four elements.
-// Lanes 0-7 belong to the first block and 8-15 to the second (Q6_K: each group of four lanes to
-// one 16-element scale), so one float vector of per-lane scales (weight scale x activation
-// scale) and one FMA accumulate both blocks. Tiles are R weight rows x TT activation rows, as in
-// matmul_quant_avx2.cpp (prefill: 4 x 4, the rows of x in chunks of 64), except that decode
-// (T = 1) reads one weight row at a time.
+// tile), so lane l holds the exact integer sum of q * x over its four elements. Lanes 0-7 belong
+// to the first block and 8-15 to the second, so one float vector of per-lane scales (weight
+// scale x activation scale) and one FMA accumulate both blocks. Tiles are R weight rows x TT
+// activation rows, as in matmul_quant_avx2.cpp (prefill: 4 x 4, the rows of x in chunks of 64),
+// except that decode (T = 1) reads one weight row at a time.
+//
+// Q4_K / Q6_K: decode and short prompts on the same tiles with integer scales (tile_k), prefill
+// (from kPanelMinT rows) on panels of sixteen weight rows laid out per call (panel_rows); both sum
+// each super-block in exact int32 and scale it once.
 //
 // Everything here has internal linkage and uses no out-of-line library templates (see
 // matmul_avx2.cpp).
@@ -31,9 +34,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/avx512_util.h"
 #include "kernels/kernels.h"
 #include "kernels/prefetch.h"
 #include "kernels/quant_rows.h"
+#include "kernels/scratch.h"
 
 namespace rkv::kernels {
 
@@ -190,114 +195,128 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
     for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]);
 }
 
-// Q4_K / Q6_K, super-block by super-block (256 elements = 4 block pairs), so that each row's
-// scales are decoded once per super-block: Q4_K's eight d * sc[j] and its min term for all eight
-// sub-blocks in one FMA against the activations' d * sum (as the AVX2 kernel); Q6_K's sixteen
-// d * scale as one float vector, each pair's four picked into groups of four lanes.
+// Elements 64p .. 64p + 63 of a Q4_K / Q6_K super-block at blk (the sub-blocks 2p, 2p + 1) as
+// unsigned bytes u: Q4_K's nibbles, Q6_K's q + 32 (quant::SuperBlock).
+template <DType D>
+inline __m512i superblock_pair(const std::uint8_t* blk, int p) {
+  if constexpr (D == DType::Q4_K) {
+    // Sub-block 2p is the low nibbles of qs[32p .. 32p + 31], 2p + 1 the high ones.
+    const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * p));
+    return _mm512_and_si512(
+        _mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 4), 1),
+        _mm512_set1_epi8(0x0F));
+  } else {
+    // Half h = p / 2 of the super-block; sub-blocks 2p, 2p + 1 are its quarters q0 = 2 (p % 2)
+    // and q0 + 1: the low (p even) or high (p odd) nibbles of ql[64 h .. 64 h + 63], with bits
+    // 2 q0 (first) and 2 q0 + 2 (second) of qh[32 h .. 32 h + 31] above them.
+    const int h = p / 2, q0 = 2 * (p % 2);
+    const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
+    const __m512i lo = _mm512_and_si512(_mm512_srli_epi16(ql, 4 * (p % 2)), _mm512_set1_epi8(0x0F));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+    const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(qh, 2 * q0)),
+                                           _mm256_srli_epi16(qh, 2 * q0 + 2), 1);
+    const __m512i hi = _mm512_and_si512(_mm512_slli_epi16(qh2, 4), _mm512_set1_epi8(0x30));
+    return _mm512_or_si512(lo, hi);
+  }
+}
+
+// Q4_K / Q6_K against super-block activations (quant::SuperBlock), a block pair (64 elements)
+// at a time: vpmaddubsw multiplies the unsigned weights u (Q4_K's nibbles, Q6_K's q + 32) by the
+// activation bytes into pairs of int16, and vpdpwssd multiplies those by the int16 scale of each
+// group of 16 (picked with vpermw) and sums them into int32 lanes, exact over the whole
+// super-block. Once per super-block: acc += I * (d * dx), less the mins (Q6_K: its offset 32 sc)
+// as sixteen floats dmin m[g] against the activations' dx * bsum[g].
 template <DType D, int R, int TT>
 void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x, std::size_t K,
             std::size_t t0, float* y, std::size_t ldy) {
   const std::size_t pf = kPrefetchRows * rb;
   constexpr std::size_t kBytes = D == DType::Q4_K ? 144 : 210;
-  const std::size_t nb = K / 32, nsb = K / 256;
+  const std::size_t nsb = K / 256, ng = K / 16;
+  // vpermw indices: int16 lane i of pair p takes group 4p + i / 8.
+  alignas(64) static constexpr std::int16_t kPick[4][32] = {
+      {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+       2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+      {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5,
+       6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+      {8,  8,  8,  8,  8,  8,  8,  8,  9,  9,  9,  9,  9,  9,  9,  9,
+       10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+      {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13,
+       14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
   __m512 acc[R][TT];
-  __m256 macc[R][TT];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int t = 0; t < TT; ++t) {
-      acc[r][t] = _mm512_setzero_ps();
-      macc[r][t] = _mm256_setzero_ps();
-    }
-  const float* xd = x.d + t0 * nb;
-  const std::int32_t* xs = x.sum + t0 * nb;
+    for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps();
+  const std::int8_t* xq = x.qk + t0 * K;
+  const float* xd = x.dk + t0 * nsb;
+  const std::int16_t* xs = x.bsum + t0 * ng;
   for (std::size_t sb = 0; sb < nsb; ++sb) {
-    alignas(32) float f[R][8];  // Q4_K: d * sc[j]
-    __m512 s16[R];              // Q6_K: d * scales[0..15]
+    __m512i sc16[R];  // the sixteen scales, one per 16 elements, int16 (lanes 16-31 unused)
+    __m512 mw[R];     // dmin m[g] (Q6_K: d 32 sc[g])
+    float d[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const std::uint8_t* blk = w + r * rb + sb * kBytes;
       for (std::size_t off = 0; off < kBytes; off += 64) prefetch_ahead(blk + off, pf);
+      __m256i m16;
+      float dmin;
       if constexpr (D == DType::Q4_K) {
-        // The eight 6-bit scales and mins, four bytes at a time.
         std::uint64_t sc8, m8;
         quant::q4_k_scales_mins(blk + 4, sc8, m8);
-        _mm256_store_ps(f[r], _mm256_mul_ps(_mm256_set1_ps(h2f(blk)),
-                                            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                                _mm_cvtsi64_si128(static_cast<long long>(sc8))))));
-        const __m256 mv = _mm256_mul_ps(_mm256_set1_ps(h2f(blk + 2)),
-                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                            _mm_cvtsi64_si128(static_cast<long long>(m8)))));
-#pragma GCC unroll 4
-        for (int t = 0; t < TT; ++t) {
-          const __m256 dv = _mm256_loadu_ps(xd + t * nb + sb * 8);
-          const __m256 sum = _mm256_cvtepi32_ps(
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + t * nb + sb * 8)));
-          macc[r][t] = _mm256_fmadd_ps(mv, _mm256_mul_ps(dv, sum), macc[r][t]);
-        }
+        // Each sub-block's scale and min for both of its groups of 16.
+        const __m128i sc = _mm_cvtsi64_si128(static_cast<long long>(sc8));
+        const __m128i mn = _mm_cvtsi64_si128(static_cast<long long>(m8));
+        sc16[r] = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc, sc)));
+        m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+        d[r] = h2f(blk);
+        dmin = h2f(blk + 2);
       } else {
-        s16[r] = _mm512_mul_ps(_mm512_set1_ps(h2f(blk + 208)),
-                               _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)))));
+        const __m256i s =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+        sc16[r] = _mm512_castsi256_si512(s);
+        m16 = _mm256_slli_epi16(s, 5);
+        d[r] = dmin = h2f(blk + 208);
       }
+      mw[r] = _mm512_mul_ps(_mm512_set1_ps(dmin), _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(m16)));
     }
+    __m512i isum[R][TT];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int t = 0; t < TT; ++t) isum[r][t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int p = 0; p < 4; ++p) {  // the pair of sub-blocks 2p, 2p + 1
-      const std::size_t b = sb * 8 + 2 * static_cast<std::size_t>(p);
-      XPair<D, TT> xp;
-      xp.load(x, K, nb, t0, b, true);
+      const __m512i pick = _mm512_load_si512(kPick[p]);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const std::uint8_t* blk = w + r * rb + sb * kBytes;
-        __m512i u;
-        __m512 wf;
-        if constexpr (D == DType::Q4_K) {
-          // Sub-block 2p is the low nibbles of qs[32p .. 32p + 31], 2p + 1 the high ones.
-          const __m256i qs =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * p));
-          u = _mm512_and_si512(
-              _mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 4), 1),
-              _mm512_set1_epi8(0x0F));
-          wf = halves(f[r][2 * p], f[r][2 * p + 1]);
-        } else {
-          // Half h = p / 2 of the super-block; sub-blocks 2p, 2p + 1 are its quarters q0 = 2 (p %
-          // 2) and q0 + 1: the low (p even) or high (p odd) nibbles of ql[64 h .. 64 h + 63], with
-          // bits 2 q0 (first) and 2 q0 + 2 (second) of qh[32 h .. 32 h + 31] above them.
-          const int h = p / 2, q0 = 2 * (p % 2);
-          const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
-          const __m512i lo =
-              _mm512_and_si512(_mm512_srli_epi16(ql, 4 * (p % 2)), _mm512_set1_epi8(0x0F));
-          const __m256i qh =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
-          const __m512i qh2 =
-              _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(qh, 2 * q0)),
-                                 _mm256_srli_epi16(qh, 2 * q0 + 2), 1);
-          const __m512i hi = _mm512_and_si512(_mm512_slli_epi16(qh2, 4), _mm512_set1_epi8(0x30));
-          u = _mm512_or_si512(lo, hi);
-          // Lanes 4g .. 4g + 3 take scale 4p + g (each scale covers 16 elements, four lanes).
-          const __m512i pick =
-              _mm512_add_epi32(_mm512_set1_epi32(4 * p),
-                               _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-          wf = _mm512_permutexvar_ps(pick, s16[r]);
+        const __m512i u = superblock_pair<D>(blk, p);
+        const __m512i scale = _mm512_permutexvar_epi16(pick, sc16[r]);
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; ++t) {
+          const __m512i xv = _mm512_loadu_si512(xq + t * K + sb * 256 + 64 * p);
+          isum[r][t] = _mm512_dpwssd_epi32(isum[r][t], _mm512_maddubs_epi16(u, xv), scale);
         }
-        accumulate<D, TT>(u, wf, xp, acc[r]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; ++t) {
+      const float dx = xd[t * nsb + sb];
+      const __m512 fb = _mm512_mul_ps(
+          _mm512_set1_ps(dx), _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_loadu_si256(
+                                  reinterpret_cast<const __m256i*>(xs + t * ng + sb * 16)))));
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512 a =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][t]), _mm512_set1_ps(d[r] * dx), acc[r][t]);
+        acc[r][t] = _mm512_fnmadd_ps(mw[r], fb, a);
       }
     }
   }
 #pragma GCC unroll 4
   for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      float m = 0.0f;
-      if constexpr (D == DType::Q4_K) {
-        __m128 s =
-            _mm_add_ps(_mm256_castps256_ps128(macc[r][t]), _mm256_extractf128_ps(macc[r][t], 1));
-        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        m = _mm_cvtss_f32(s);
-      }
-      y[t * ldy + r] = hsum(acc[r][t]) - m;
-    }
+    for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]);
 }
 
 // This ISA's tile for quant_rows.h.
@@ -313,12 +332,230 @@ struct Tile {
   }
 };
 
+// ---- Q4_K / Q6_K prefill on panels of 16 weight rows ----------------------------------------
+//
+// From kPanelMinT activation rows the weights are laid out once per call, 16 rows at a time, so
+// that one vpdpbusd multiplies four elements of sixteen rows by the same four activation bytes
+// (broadcast): its sixteen int32 lanes are then the sixteen rows' dot products, summed over a
+// whole group (Q4_K's sub-block of 32, Q6_K's 16) before one vpmulld by the rows' integer scales.
+// That is 64 vpdpbusd and 8 (Q4_K) or 16 (Q6_K) vpmulld per 16 rows, activation row and
+// super-block, against 128 multiplies for the tiles above. Once per super-block, acc += I * (d *
+// dx) and the mins come off as in tile_k; the lanes are the output rows, stored together.
+//
+// A panel's super-block in the scratch buffer: U, the 64 groups of four elements (k4) each as
+// sixteen rows x 4 bytes (64 bytes); then per group g its sixteen rows' scales (int32), their
+// dmin m[g] (floats; Q6_K: d 32 sc[g]), and the rows' d.
+// From how many activation rows the panels run (rkv_bench QuantMatmul down/T8 on Zen 4, one pair
+// of runs: Q4_K's panels 1.16x the tiles; Q6_K's, whose layout costs more, 0.79x; T16 not
+// compared yet).
+template <DType D>
+constexpr std::size_t kPanelMinT = D == DType::Q4_K ? 8 : 16;
+constexpr std::size_t kSlabRows = 64;  // weight rows laid out at a time (4 panels)
+constexpr int kPanelT = 8;             // activation rows per pass over a panel
+
+template <DType D>
+constexpr int kGroups = D == DType::Q4_K ? 8 : 16;  // groups with their own scale, per 256
+template <DType D>
+constexpr std::size_t kPanelSbBytes = 4096 + static_cast<std::size_t>(kGroups<D>) * 128 + 64;
+
+thread_local Scratch tls_panels, tls_fb;
+
+// Lays out `rows` (at most 16; the rest zero) weight rows of nsb super-blocks at w (stride rb).
+template <DType D>
+void unpack_panel(const std::uint8_t* w, std::size_t rb, std::size_t rows, std::size_t nsb,
+                  std::uint8_t* out) {
+  constexpr int G = kGroups<D>;
+  constexpr std::size_t kBytes = D == DType::Q4_K ? 144 : 210;
+  for (std::size_t sb = 0; sb < nsb; ++sb) {
+    std::uint8_t* o = out + sb * kPanelSbBytes<D>;
+    auto* sc = reinterpret_cast<std::int32_t*>(o + 4096);
+    auto* mw = reinterpret_cast<float*>(o + 4096 + G * 64);
+    auto* dv = reinterpret_cast<float*>(o + 4096 + G * 128);
+    for (int p = 0; p < 4; ++p) {
+      __m512i r[16];
+      for (std::size_t i = 0; i < 16; ++i)
+        r[i] = i < rows ? superblock_pair<D>(w + i * rb + sb * kBytes, p) : _mm512_setzero_si512();
+      transpose16x16(r);  // r[k]: the rows' elements 64p + 4k .. 64p + 4k + 3
+      for (int k = 0; k < 16; ++k) _mm512_store_si512(o + (16 * p + k) * 64, r[k]);
+    }
+    for (std::size_t i = 0; i < 16; ++i) {
+      if (i >= rows) {
+        for (int g = 0; g < G; ++g) {
+          sc[g * 16 + static_cast<int>(i)] = 0;
+          mw[g * 16 + static_cast<int>(i)] = 0.0f;
+        }
+        dv[i] = 0.0f;
+        continue;
+      }
+      const std::uint8_t* blk = w + i * rb + sb * kBytes;
+      if constexpr (D == DType::Q4_K) {
+        std::uint64_t sc8, m8;
+        quant::q4_k_scales_mins(blk + 4, sc8, m8);
+        const float dmin = h2f(blk + 2);
+        for (int g = 0; g < G; ++g) {
+          sc[g * 16 + static_cast<int>(i)] = static_cast<std::int32_t>((sc8 >> (8 * g)) & 0xFF);
+          mw[g * 16 + static_cast<int>(i)] = dmin * static_cast<float>((m8 >> (8 * g)) & 0xFF);
+        }
+        dv[i] = h2f(blk);
+      } else {
+        const float d = h2f(blk + 208);
+        const auto* s8 = reinterpret_cast<const std::int8_t*>(blk + 192);
+        for (int g = 0; g < G; ++g) {
+          sc[g * 16 + static_cast<int>(i)] = s8[g];
+          mw[g * 16 + static_cast<int>(i)] = d * static_cast<float>(32 * s8[g]);
+        }
+        dv[i] = d;
+      }
+    }
+  }
+}
+
+inline std::int32_t load_i32(const std::int8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// y[t][0 .. rows) for TT activation rows from xq (stride K): fb holds each row's dx * (the sum of
+// its activation bytes) per super-block and group, xd its super-block scales.
+template <DType D, int TT>
+void panel_block(const std::uint8_t* panel, std::size_t nsb, const std::int8_t* xq, std::size_t K,
+                 const float* fb, const float* xd, float* y, std::size_t ldy, std::size_t rows) {
+  constexpr int G = kGroups<D>;
+  constexpr int kSteps = 64 / G;  // k4 steps per group
+  __m512 acc[TT];
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
+  for (std::size_t sb = 0; sb < nsb; ++sb) {
+    const std::uint8_t* o = panel + sb * kPanelSbBytes<D>;
+    const auto* sc = reinterpret_cast<const std::int32_t*>(o + 4096);
+    const auto* mw = reinterpret_cast<const float*>(o + 4096 + G * 64);
+    const auto* dv = reinterpret_cast<const float*>(o + 4096 + G * 128);
+    const std::int8_t* xs = xq + sb * 256;
+    __m512i isum[TT];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t) isum[t] = _mm512_setzero_si512();
+    for (int g = 0; g < G; ++g) {
+      __m512i dp[TT];
+#pragma GCC unroll 8
+      for (int t = 0; t < TT; ++t) dp[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int k = 0; k < kSteps; ++k) {
+        const int k4 = g * kSteps + k;
+        const __m512i u = _mm512_load_si512(o + k4 * 64);
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; ++t)
+          dp[t] = _mm512_dpbusd_epi32(dp[t], u, _mm512_set1_epi32(load_i32(xs + t * K + 4 * k4)));
+      }
+      const __m512i s = _mm512_load_si512(sc + g * 16);
+#pragma GCC unroll 8
+      for (int t = 0; t < TT; ++t)
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dp[t], s));
+    }
+    const __m512 d = _mm512_load_ps(dv);
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]),
+                               _mm512_mul_ps(d, _mm512_set1_ps(xd[t * nsb + sb])), acc[t]);
+    for (int g = 0; g < G; ++g) {
+      const __m512 m = _mm512_load_ps(mw + g * 16);
+#pragma GCC unroll 8
+      for (int t = 0; t < TT; ++t)
+        acc[t] = _mm512_fnmadd_ps(m, _mm512_set1_ps(fb[(t * nsb + sb) * G + g]), acc[t]);
+    }
+  }
+  const __mmask16 mask = tail_mask16(rows);
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t) _mm512_mask_storeu_ps(y + t * ldy, mask, acc[t]);
+}
+
+template <DType D, int TT>
+void panel_blocks(const std::uint8_t* panels, std::size_t panel_bytes, std::size_t nrows,
+                  std::size_t nsb, const std::int8_t* xq, std::size_t K, const float* fb,
+                  const float* xd, float* y, std::size_t ldy) {
+  for (std::size_t r = 0; r < nrows; r += 16)
+    panel_block<D, TT>(panels + (r / 16) * panel_bytes, nsb, xq, K, fb, xd, y + r, ldy,
+                       nrows - r < 16 ? nrows - r : 16);
+}
+
+template <DType D>
+void panel_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w,
+                std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
+  constexpr int G = kGroups<D>;
+  const std::size_t K = w.cols, nsb = K / 256;
+  const std::size_t rb = dtype_row_bytes(D, K);
+  const auto* base = static_cast<const std::uint8_t*>(w.data);
+  // Each activation row's dx * (sum of its bytes) per super-block and group.
+  auto* fb = static_cast<float*>(tls_fb.get(T * nsb * G * sizeof(float)));
+  for (std::size_t t = 0; t < T; ++t)
+    for (std::size_t sb = 0; sb < nsb; ++sb) {
+      const float dx = x.dk[t * nsb + sb];
+      const std::int16_t* bs = x.bsum + t * (K / 16) + sb * 16;
+      for (int g = 0; g < G; ++g) {
+        const int s = D == DType::Q4_K ? bs[2 * g] + bs[2 * g + 1] : bs[g];
+        fb[(t * nsb + sb) * G + static_cast<std::size_t>(g)] = dx * static_cast<float>(s);
+      }
+    }
+  const std::size_t panel_bytes = nsb * kPanelSbBytes<D>;
+  auto* panels = static_cast<std::uint8_t*>(tls_panels.get((kSlabRows / 16) * panel_bytes));
+  for (std::size_t s0 = n0; s0 < n1; s0 += kSlabRows) {
+    const std::size_t nrows = n1 - s0 < kSlabRows ? n1 - s0 : kSlabRows;
+    for (std::size_t r = 0; r < nrows; r += 16)
+      unpack_panel<D>(base + (s0 + r) * rb, rb, nrows - r < 16 ? nrows - r : 16, nsb,
+                      panels + (r / 16) * panel_bytes);
+    std::size_t t = 0;
+    for (; t + kPanelT <= T; t += kPanelT)
+      panel_blocks<D, kPanelT>(panels, panel_bytes, nrows, nsb, x.qk + t * K, K, fb + t * nsb * G,
+                               x.dk + t * nsb, y + t * ldy + s0, ldy);
+    const std::size_t rest = T - t;
+    auto tail = [&](auto tt) {
+      panel_blocks<D, decltype(tt)::value>(panels, panel_bytes, nrows, nsb, x.qk + t * K, K,
+                                           fb + t * nsb * G, x.dk + t * nsb, y + t * ldy + s0, ldy);
+    };
+    switch (rest) {
+      case 1:
+        tail(std::integral_constant<int, 1>{});
+        break;
+      case 2:
+        tail(std::integral_constant<int, 2>{});
+        break;
+      case 3:
+        tail(std::integral_constant<int, 3>{});
+        break;
+      case 4:
+        tail(std::integral_constant<int, 4>{});
+        break;
+      case 5:
+        tail(std::integral_constant<int, 5>{});
+        break;
+      case 6:
+        tail(std::integral_constant<int, 6>{});
+        break;
+      case 7:
+        tail(std::integral_constant<int, 7>{});
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// The VNNI kernels: Q4_K / Q6_K from kPanelMinT rows on panels, everything else on the tiles.
+void quantized_rows_vnni(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w,
+                         std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
+  if (n0 < n1 && w.dtype == DType::Q4_K && T >= kPanelMinT<DType::Q4_K>)
+    return panel_rows<DType::Q4_K>(x, T, w, n0, n1, y, ldy);
+  if (n0 < n1 && w.dtype == DType::Q6_K && T >= kPanelMinT<DType::Q6_K>)
+    return panel_rows<DType::Q6_K>(x, T, w, n0, n1, y, ldy);
+  quantized_rows<Tile, true>(x, T, w, n0, n1, y, ldy);
+}
+
 }  // namespace
 
 QuantizedRowsFn quantized_rows_avx512vnni_fn() {
   // Decode reads one weight row at a time, a single stream the hardware prefetcher follows (four
   // interleaved rows held it back: rkv_bench QuantMatmul T1, 1.0-2.4x, Q8_0 most).
-  return &quantized_rows<Tile, true>;
+  return &quantized_rows_vnni;
 }
 
 }  // namespace rkv::kernels
