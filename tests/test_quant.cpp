@@ -509,11 +509,14 @@ TEST_P(QuantizedMatmul, ActivationQuantizersAgreeBytewise) {
   std::vector<std::int8_t> qk1(T * KK), qk2(T * KK);
   std::vector<float> dk1(T * KK / 256), dk2(T * KK / 256);
   std::vector<std::int16_t> b1(T * KK / 16), b2(T * KK / 16);
-  quant::quantize_activations_k(xk.data(), T, KK, qk1.data(), dk1.data(), b1.data());
-  kernels::quantize_activations_k_for(isa)(xk.data(), T, KK, qk2.data(), dk2.data(), b2.data());
+  std::vector<float> f1(T * KK / 16), f2(T * KK / 16);
+  quant::quantize_activations_k(xk.data(), T, KK, qk1.data(), dk1.data(), b1.data(), f1.data());
+  kernels::quantize_activations_k_for(isa)(xk.data(), T, KK, qk2.data(), dk2.data(), b2.data(),
+                                           f2.data());
   EXPECT_EQ(qk1, qk2);
   EXPECT_EQ(dk1, dk2);
   EXPECT_EQ(b1, b2);
+  EXPECT_EQ(f1, f2);
   EXPECT_EQ(dk1[1], 1.0f);            // max|x| of super-block 1 is 127 (random_x stays below)
   EXPECT_EQ(qk1[256 + 64 + 1], -15);  // -14.5 -> -15
   EXPECT_EQ(qk1[256 + 64 + 17], 2);   // 1.5 -> 2
@@ -521,6 +524,7 @@ TEST_P(QuantizedMatmul, ActivationQuantizersAgreeBytewise) {
     std::int32_t s16 = 0;
     for (std::size_t k = 0; k < 16; ++k) s16 += qk1[16 * g + k];
     EXPECT_EQ(b1[g], s16) << "group " << g;
+    EXPECT_EQ(f1[g], dk1[g / 16] * static_cast<float>(s16)) << "group " << g;
   }
 }
 

@@ -356,7 +356,7 @@ void quantize_activations(const float* x, std::size_t T, std::size_t K, std::int
 }
 
 void quantize_activations_k(const float* x, std::size_t T, std::size_t K, std::int8_t* q, float* d,
-                            std::int16_t* bsum) {
+                            std::int16_t* bsum, float* fsum) {
   const std::size_t nsb = K / 256;
   for (std::size_t t = 0; t < T; ++t) {
     for (std::size_t sb = 0; sb < nsb; ++sb) {
@@ -373,7 +373,9 @@ void quantize_activations_k(const float* x, std::size_t T, std::size_t K, std::i
           qb[k] = static_cast<std::int8_t>(v);
           s += v;
         }
-        bsum[t * (K / 16) + sb * 16 + static_cast<std::size_t>(g)] = static_cast<std::int16_t>(s);
+        const std::size_t at = t * (K / 16) + sb * 16 + static_cast<std::size_t>(g);
+        bsum[at] = static_cast<std::int16_t>(s);
+        fsum[at] = dd * static_cast<float>(s);
       }
       d[t * nsb + sb] = dd;
     }

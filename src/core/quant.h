@@ -102,16 +102,17 @@ void quantize_row(DType t, const float* x, std::size_t cols, void* out);
 // q = round(x / d) in [-127, 127], and the sums of the q per 16 elements. One scale per
 // super-block lets the kernels sum the integer products of all of a super-block's sub-blocks,
 // each times its integer weight scale, before any float arithmetic.
-// A matmul fills the fields its weight type reads: q, d and sum (blocks of 32) or qk, dk and bsum
-// (super-blocks; uses_superblock_activations). The AMX-INT8 tiles read the blocks of 32 for every
-// type they run.
+// A matmul fills the fields its weight type reads: q, d and sum (blocks of 32) or qk, dk, bsum
+// and fsum (super-blocks; uses_superblock_activations). The AMX-INT8 tiles read the blocks of 32
+// for every type they run.
 struct ActivationBlocks {
-  const std::int8_t* q;     // [K]
-  const float* d;           // [K / 32]
-  const std::int32_t* sum;  // [K / 32]
+  const std::int8_t* q;                // [K]
+  const float* d;                      // [K / 32]
+  const std::int32_t* sum;             // [K / 32]
   const std::int8_t* qk = nullptr;     // [K]
   const float* dk = nullptr;           // [K / 256]
   const std::int16_t* bsum = nullptr;  // [K / 16]
+  const float* fsum = nullptr;         // [K / 16]: dk * bsum in float
 };
 
 // Quantizes T rows of K floats (K a multiple of 32): q [T][K], d and sum [T][K / 32].
@@ -124,9 +125,10 @@ inline bool uses_superblock_activations(DType t) {
 }
 
 // Quantizes T rows of K floats (K a multiple of 256) into super-blocks: q [T][K], d [T][K / 256],
-// bsum [T][K / 16]. Rounding as quantize_activations (half away from zero).
+// bsum and fsum [T][K / 16] (fsum = d * bsum, one float multiply). Rounding as
+// quantize_activations (half away from zero).
 void quantize_activations_k(const float* x, std::size_t T, std::size_t K, std::int8_t* q, float* d,
-                            std::int16_t* bsum);
+                            std::int16_t* bsum, float* fsum);
 
 // One super-block of a Q4_K or Q6_K row as integers: element k is
 //   d * sc[k / 16] * u[k] - dmin * m[k / 16]

@@ -430,21 +430,26 @@ void matmul(const float* x, std::size_t T, const WeightView& w, float* y, Thread
     thread_local std::vector<float> d;
     thread_local std::vector<std::int32_t> sum;
     thread_local std::vector<std::int16_t> bsum;
+    thread_local std::vector<float> fsum;
     q.resize(T * K);
     d.resize(T * nd);
-    if (superblocks)
+    if (superblocks) {
       bsum.resize(T * ns);
-    else
+      fsum.resize(T * ns);
+    } else {
       sum.resize(T * ns);
+    }
     // Rows are quantized independently: prefill shares them out (a fifth of a Q4_K GEMM's time
     // on one thread when the tiles run it).
     std::int8_t* const qp = q.data();  // the calling thread's buffers, for every thread
     float* const dp = d.data();
     std::int32_t* const sp = sum.data();
     std::int16_t* const bp = bsum.data();
+    float* const fp = fsum.data();
     auto quantize = [&](std::size_t t0, std::size_t t1) {
       if (superblocks)
-        quantize_k_fn(x + t0 * K, t1 - t0, K, qp + t0 * K, dp + t0 * nd, bp + t0 * ns);
+        quantize_k_fn(x + t0 * K, t1 - t0, K, qp + t0 * K, dp + t0 * nd, bp + t0 * ns,
+                      fp + t0 * ns);
       else
         quantize_fn(x + t0 * K, t1 - t0, K, qp + t0 * K, dp + t0 * nb, sp + t0 * nb);
     };
@@ -453,7 +458,7 @@ void matmul(const float* x, std::size_t T, const WeightView& w, float* y, Thread
     else
       quantize(0, T);
     const quant::ActivationBlocks xq =
-        superblocks ? quant::ActivationBlocks{nullptr, nullptr, nullptr, qp, dp, bp}
+        superblocks ? quant::ActivationBlocks{nullptr, nullptr, nullptr, qp, dp, bp, fp}
                     : quant::ActivationBlocks{qp, dp, sp};
     // The tiles lay the activations out once per call: one range per thread there (their work is
     // even); elsewhere four, which balance uneven threads.

@@ -148,7 +148,8 @@ using QuantizeActivationsFn = void (*)(const float* x, std::size_t T, std::size_
                                        float* d, std::int32_t* sum);
 // The super-block activations of Q4_K/Q6_K weights (quant::quantize_activations_k's bytes).
 using QuantizeActivationsKFn = void (*)(const float* x, std::size_t T, std::size_t K,
-                                        std::int8_t* q, float* d, std::int16_t* bsum);
+                                        std::int8_t* q, float* d, std::int16_t* bsum,
+                                        float* fsum);
 // nullptr where this build has none. The AVX-512 ISAs run the AVX512-VNNI kernels for quantized
 // types where the CPU has VNNI (quantized_avx512_uses_vnni), else the AVX2 ones; every ISA
 // quantizes the activations with the AVX2 quantizer (the same bytes as the reference).

@@ -136,8 +136,8 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
       decode<D>(w + r * rb, b, d);
       const __m256i aq = _mm256_abs_epi8(d.q);
       for (int t = 0; t < TT; ++t) {
-        const __m256i p = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv[t], d.q)), _mm256_set1_epi16(1));
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv[t], d.q)),
+                                            _mm256_set1_epi16(1));
         acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d.f * dx[t]), acc[r][t]);
       }
     }
@@ -212,7 +212,7 @@ void tile_mxfp4(const std::uint8_t* w, std::size_t rb, const quant::ActivationBl
 // unsigned weights u (Q4_K's nibbles, Q6_K's q + 32) by the activation bytes with vpmaddubsw,
 // then by the int16 scales of the two groups of 16 with vpmaddwd, summed in exact int32 over the
 // super-block; then once per super-block acc += I * (d * dx), less the mins (Q6_K: its offset
-// 32 sc) as sixteen floats dmin m[g] against the activations' dx * bsum[g].
+// 32 sc) as sixteen floats dmin m[g] against the activations' fsum[g] = dx * bsum[g].
 template <DType D, int R, int TT>
 void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x, std::size_t K,
             std::size_t t0, float* y, std::size_t ldy) {
@@ -224,7 +224,7 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
     for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
   const std::int8_t* xq = x.qk + t0 * K;
   const float* xd = x.dk + t0 * nsb;
-  const std::int16_t* xs = x.bsum + t0 * ng;
+  const float* xs = x.fsum + t0 * ng;
   // vpshufb control: int16 0 of each 32-bit lane into the low 128 bits, int16 1 into the high.
   const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3,
                                         2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
@@ -254,8 +254,8 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
         d[r] = dmin = h2f(blk + 208);
       }
       const __m256 dm = _mm256_set1_ps(dmin);
-      mw[r][0] = _mm256_mul_ps(
-          dm, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(m16))));
+      mw[r][0] =
+          _mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(m16))));
       mw[r][1] = _mm256_mul_ps(
           dm, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(m16, 1))));
     }
@@ -266,7 +266,8 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
     for (int j = 0; j < 8; ++j) {
       __m256i xv[TT];
       for (int t = 0; t < TT; ++t)
-        xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * K + sb * 256 + 32 * j));
+        xv[t] =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * K + sb * 256 + 32 * j));
       for (int r = 0; r < R; ++r) {
         const std::uint8_t* blk = w + r * rb + sb * kBytes;
         __m256i u;
@@ -296,16 +297,11 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
     }
     for (int t = 0; t < TT; ++t) {
       const float dx = xd[t * nsb + sb];
-      const __m256 dxv = _mm256_set1_ps(dx);
-      const __m256i bs =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + t * ng + sb * 16));
-      const __m256 fb0 = _mm256_mul_ps(
-          dxv, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(bs))));
-      const __m256 fb1 = _mm256_mul_ps(
-          dxv, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(bs, 1))));
+      const __m256 fb0 = _mm256_loadu_ps(xs + t * ng + sb * 16);
+      const __m256 fb1 = _mm256_loadu_ps(xs + t * ng + sb * 16 + 8);
       for (int r = 0; r < R; ++r) {
-        __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(d[r] * dx),
-                                   acc[r][t]);
+        __m256 a =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(d[r] * dx), acc[r][t]);
         a = _mm256_fnmadd_ps(mw[r][0], fb0, a);
         acc[r][t] = _mm256_fnmadd_ps(mw[r][1], fb1, a);
       }
@@ -406,7 +402,7 @@ void quantize_activations_avx2(const float* x, std::size_t T, std::size_t K, std
 
 // quant::quantize_activations_k likewise (d kept in float, the sums per 16).
 void quantize_activations_k_avx2(const float* x, std::size_t T, std::size_t K, std::int8_t* q,
-                                 float* d, std::int16_t* bsum) {
+                                 float* d, std::int16_t* bsum, float* fsum) {
   const std::size_t nsb = K / 256;
   for (std::size_t t = 0; t < T; ++t) {
     for (std::size_t sb = 0; sb < nsb; ++sb) {
@@ -420,9 +416,12 @@ void quantize_activations_k_avx2(const float* x, std::size_t T, std::size_t K, s
         for (int i = 0; i < 4; ++i) qi[i] = round_scaled(v[4 * c + i], idv);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + t * K + sb * 256 + 32 * c),
                             pack_bytes(qi));
-        std::int16_t* bs = bsum + t * (K / 16) + sb * 16 + 2 * c;
-        bs[0] = static_cast<std::int16_t>(hsum_i32(_mm256_add_epi32(qi[0], qi[1])));
-        bs[1] = static_cast<std::int16_t>(hsum_i32(_mm256_add_epi32(qi[2], qi[3])));
+        const std::size_t at = t * (K / 16) + sb * 16 + 2 * static_cast<std::size_t>(c);
+        for (int h = 0; h < 2; ++h) {
+          const std::int32_t s = hsum_i32(_mm256_add_epi32(qi[2 * h], qi[2 * h + 1]));
+          bsum[at + static_cast<std::size_t>(h)] = static_cast<std::int16_t>(s);
+          fsum[at + static_cast<std::size_t>(h)] = dd * static_cast<float>(s);
+        }
       }
       d[t * nsb + sb] = dd;
     }

@@ -200,11 +200,12 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
 template <DType D>
 inline __m512i superblock_pair(const std::uint8_t* blk, int p) {
   if constexpr (D == DType::Q4_K) {
-    // Sub-block 2p is the low nibbles of qs[32p .. 32p + 31], 2p + 1 the high ones.
-    const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * p));
-    return _mm512_and_si512(
-        _mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 4), 1),
-        _mm512_set1_epi8(0x0F));
+    // Sub-block 2p is the low nibbles of qs[32p .. 32p + 31], 2p + 1 the high ones: the 32 bytes
+    // in both halves, the upper half shifted right by 4.
+    const __m512i qs = _mm512_broadcast_i64x4(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * p)));
+    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    return _mm512_and_si512(_mm512_srlv_epi16(qs, shift), _mm512_set1_epi8(0x0F));
   } else {
     // Half h = p / 2 of the super-block; sub-blocks 2p, 2p + 1 are its quarters q0 = 2 (p % 2)
     // and q0 + 1: the low (p even) or high (p odd) nibbles of ql[64 h .. 64 h + 63], with bits
@@ -225,7 +226,7 @@ inline __m512i superblock_pair(const std::uint8_t* blk, int p) {
 // activation bytes into pairs of int16, and vpdpwssd multiplies those by the int16 scale of each
 // group of 16 (picked with vpermw) and sums them into int32 lanes, exact over the whole
 // super-block. Once per super-block: acc += I * (d * dx), less the mins (Q6_K: its offset 32 sc)
-// as sixteen floats dmin m[g] against the activations' dx * bsum[g].
+// as sixteen floats dmin m[g] against the activations' fsum[g] = dx * bsum[g].
 template <DType D, int R, int TT>
 void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x, std::size_t K,
             std::size_t t0, float* y, std::size_t ldy) {
@@ -249,7 +250,7 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
     for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps();
   const std::int8_t* xq = x.qk + t0 * K;
   const float* xd = x.dk + t0 * nsb;
-  const std::int16_t* xs = x.bsum + t0 * ng;
+  const float* xs = x.fsum + t0 * ng;
   for (std::size_t sb = 0; sb < nsb; ++sb) {
     __m512i sc16[R];  // the sixteen scales, one per 16 elements, int16 (lanes 16-31 unused)
     __m512 mw[R];     // dmin m[g] (Q6_K: d 32 sc[g])
@@ -302,9 +303,7 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
 #pragma GCC unroll 4
     for (int t = 0; t < TT; ++t) {
       const float dx = xd[t * nsb + sb];
-      const __m512 fb = _mm512_mul_ps(
-          _mm512_set1_ps(dx), _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_loadu_si256(
-                                  reinterpret_cast<const __m256i*>(xs + t * ng + sb * 16)))));
+      const __m512 fb = _mm512_loadu_ps(xs + t * ng + sb * 16);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const __m512 a =
@@ -492,8 +491,12 @@ void panel_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightVie
       const float dx = x.dk[t * nsb + sb];
       const std::int16_t* bs = x.bsum + t * (K / 16) + sb * 16;
       for (int g = 0; g < G; ++g) {
-        const int s = D == DType::Q4_K ? bs[2 * g] + bs[2 * g + 1] : bs[g];
-        fb[(t * nsb + sb) * G + static_cast<std::size_t>(g)] = dx * static_cast<float>(s);
+        if constexpr (D == DType::Q4_K)  // the two groups of 16 of each sub-block
+          fb[(t * nsb + sb) * G + static_cast<std::size_t>(g)] =
+              dx * static_cast<float>(bs[2 * g] + bs[2 * g + 1]);
+        else
+          fb[(t * nsb + sb) * G + static_cast<std::size_t>(g)] =
+              x.fsum[t * (K / 16) + sb * 16 + static_cast<std::size_t>(g)];
       }
     }
   const std::size_t panel_bytes = nsb * kPanelSbBytes<D>;

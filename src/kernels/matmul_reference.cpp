@@ -83,9 +83,11 @@ void quantized_rows_from_f32(Isa isa, const float* x, std::size_t T, const Weigh
     std::vector<std::int8_t> qk(T * K);
     std::vector<float> dk(T * (K / 256));
     std::vector<std::int16_t> bsum(T * (K / 16));
-    quantize_activations_k_for(isa)(x, T, K, qk.data(), dk.data(), bsum.data());
-    quantized_rows_for(isa)({q.data(), d.data(), sum.data(), qk.data(), dk.data(), bsum.data()}, T,
-                            w, n0, n1, y, ldy);
+    std::vector<float> fsum(T * (K / 16));
+    quantize_activations_k_for(isa)(x, T, K, qk.data(), dk.data(), bsum.data(), fsum.data());
+    quantized_rows_for(isa)(
+        {q.data(), d.data(), sum.data(), qk.data(), dk.data(), bsum.data(), fsum.data()}, T, w, n0,
+        n1, y, ldy);
     return;
   }
   quantized_rows_for(isa)({q.data(), d.data(), sum.data()}, T, w, n0, n1, y, ldy);
