@@ -332,25 +332,37 @@ void quantize_row(DType t, const float* x, std::size_t cols, void* out) {
   }
 }
 
+namespace {
+
+// The activation quantization of n values: d = max|x| / 127, q = x * (1 / d) rounded half away
+// from zero in [-127, 127]. Returns d.
+float quantize_span(const float* x, int n, std::int8_t* q) {
+  float amax = 0.0f;
+  for (int k = 0; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int k = 0; k < n; ++k)
+    q[k] = static_cast<std::int8_t>(std::clamp(round_int(x[k] * id), -127, 127));
+  return d;
+}
+
+int sum_of(const std::int8_t* q, int n) {
+  int s = 0;
+  for (int k = 0; k < n; ++k) s += q[k];
+  return s;
+}
+
+}  // namespace
+
 void quantize_activations(const float* x, std::size_t T, std::size_t K, std::int8_t* q, float* d,
                           std::int32_t* sum) {
   const std::size_t nb = K / 32;
   for (std::size_t t = 0; t < T; ++t) {
     for (std::size_t b = 0; b < nb; ++b) {
-      const float* xb = x + t * K + b * 32;
-      float amax = 0.0f;
-      for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(xb[k]));
-      const float dd = amax / 127.0f;
-      const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
       std::int8_t* qb = q + t * K + b * 32;
-      std::int32_t s = 0;
-      for (int k = 0; k < 32; ++k) {
-        const int v = std::clamp(round_int(xb[k] * id), -127, 127);
-        qb[k] = static_cast<std::int8_t>(v);
-        s += v;
-      }
+      const float dd = quantize_span(x + t * K + b * 32, 32, qb);
       d[t * nb + b] = f16_to_f32(f32_to_f16(dd));
-      sum[t * nb + b] = s;
+      sum[t * nb + b] = sum_of(qb, 32);
     }
   }
 }
@@ -360,20 +372,11 @@ void quantize_activations_k(const float* x, std::size_t T, std::size_t K, std::i
   const std::size_t nsb = K / 256;
   for (std::size_t t = 0; t < T; ++t) {
     for (std::size_t sb = 0; sb < nsb; ++sb) {
-      const float* xb = x + t * K + sb * 256;
-      float amax = 0.0f;
-      for (int k = 0; k < 256; ++k) amax = std::max(amax, std::fabs(xb[k]));
-      const float dd = amax / 127.0f;
-      const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
       std::int8_t* qb = q + t * K + sb * 256;
-      for (int g = 0; g < 16; ++g) {
-        int s = 0;
-        for (int k = 16 * g; k < 16 * g + 16; ++k) {
-          const int v = std::clamp(round_int(xb[k] * id), -127, 127);
-          qb[k] = static_cast<std::int8_t>(v);
-          s += v;
-        }
-        const std::size_t at = t * (K / 16) + sb * 16 + static_cast<std::size_t>(g);
+      const float dd = quantize_span(x + t * K + sb * 256, 256, qb);
+      for (std::size_t g = 0; g < 16; ++g) {
+        const int s = sum_of(qb + 16 * g, 16);
+        const std::size_t at = t * (K / 16) + sb * 16 + g;
         bsum[at] = static_cast<std::int16_t>(s);
         fsum[at] = dd * static_cast<float>(s);
       }

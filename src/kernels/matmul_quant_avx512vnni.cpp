@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/avx512_util.h"
 #include "kernels/kernels.h"
@@ -506,40 +507,18 @@ void panel_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightVie
     for (std::size_t r = 0; r < nrows; r += 16)
       unpack_panel<D>(base + (s0 + r) * rb, rb, nrows - r < 16 ? nrows - r : 16, nsb,
                       panels + (r / 16) * panel_bytes);
+    // The rows of x kPanelT at a time, then the rest as 4, 2 and 1.
     std::size_t t = 0;
-    for (; t + kPanelT <= T; t += kPanelT)
-      panel_blocks<D, kPanelT>(panels, panel_bytes, nrows, nsb, x.qk + t * K, K, fb + t * nsb * G,
-                               x.dk + t * nsb, y + t * ldy + s0, ldy);
-    const std::size_t rest = T - t;
-    auto tail = [&](auto tt) {
-      panel_blocks<D, decltype(tt)::value>(panels, panel_bytes, nrows, nsb, x.qk + t * K, K,
-                                           fb + t * nsb * G, x.dk + t * nsb, y + t * ldy + s0, ldy);
+    auto run = [&](auto tt) {
+      constexpr int kT = decltype(tt)::value;
+      panel_blocks<D, kT>(panels, panel_bytes, nrows, nsb, x.qk + t * K, K, fb + t * nsb * G,
+                          x.dk + t * nsb, y + t * ldy + s0, ldy);
+      t += kT;
     };
-    switch (rest) {
-      case 1:
-        tail(std::integral_constant<int, 1>{});
-        break;
-      case 2:
-        tail(std::integral_constant<int, 2>{});
-        break;
-      case 3:
-        tail(std::integral_constant<int, 3>{});
-        break;
-      case 4:
-        tail(std::integral_constant<int, 4>{});
-        break;
-      case 5:
-        tail(std::integral_constant<int, 5>{});
-        break;
-      case 6:
-        tail(std::integral_constant<int, 6>{});
-        break;
-      case 7:
-        tail(std::integral_constant<int, 7>{});
-        break;
-      default:
-        break;
-    }
+    while (t + kPanelT <= T) run(std::integral_constant<int, kPanelT>{});
+    if ((T - t) & 4) run(std::integral_constant<int, 4>{});
+    if ((T - t) & 2) run(std::integral_constant<int, 2>{});
+    if ((T - t) & 1) run(std::integral_constant<int, 1>{});
   }
 }
 
