@@ -121,8 +121,9 @@ Bf16RowsFn bf16_rows_for(Isa isa);
 bool amx_enabled();
 // AMX-INT8: with an AVX-512 ISA active, AVX512-VNNI, AMX-TILE and AMX-INT8 and the tile state
 // granted, the quantized GEMM runs on tiles from kQuantAmxMinT rows for Q4_K, Q6_K and Q8_0 (K a
-// multiple of 64): TDPBSSD on the same 8-bit activation blocks and the weights' same small
-// integers, so each block's integer dot product is the reference's. Not in the llama.cpp-precision
+// multiple of 64): TDPBSSD on 8-bit activation blocks of 32 (for Q4_K and Q6_K too, which
+// elsewhere take super-blocks of 256) and the weights' small integers, each block's integer dot
+// product exact. Not in the llama.cpp-precision
 // mode (MatmulPrecision::Rounded), whose quantized products keep the VNNI kernels' summation
 // order, llama.cpp's. RKV_AMX=off keeps it off too.
 bool amx_int8_enabled();
@@ -148,8 +149,7 @@ using QuantizeActivationsFn = void (*)(const float* x, std::size_t T, std::size_
                                        float* d, std::int32_t* sum);
 // The super-block activations of Q4_K/Q6_K weights (quant::quantize_activations_k's bytes).
 using QuantizeActivationsKFn = void (*)(const float* x, std::size_t T, std::size_t K,
-                                        std::int8_t* q, float* d, std::int16_t* bsum,
-                                        float* fsum);
+                                        std::int8_t* q, float* d, std::int16_t* bsum, float* fsum);
 // nullptr where this build has none. The AVX-512 ISAs run the AVX512-VNNI kernels for quantized
 // types where the CPU has VNNI (quantized_avx512_uses_vnni), else the AVX2 ones; every ISA
 // quantizes the activations with the AVX2 quantizer (the same bytes as the reference).

@@ -1,10 +1,12 @@
 // AMX-INT8 kernels for block-quantized weights in prefill (Q4_K, Q6_K and Q8_0, from
 // kQuantAmxMinT activation rows; fewer rows and the other types run the AVX512-VNNI kernels).
 //
-// The arithmetic is the reference's (quantized_rows_reference): the activations are the same
-// 8-bit blocks of 32 (quant::quantize_activations), the weights the same small integers
-// (quant::decode_block32: w = f * mul * q - min), and each block's integer dot product is exact;
-// only the float scaling and summing differ in order. TDPBSSD computes those integer dot products
+// The arithmetic is the reference's for blocks of 32 (quantized_rows_reference on Q8_0): the
+// activations are 8-bit blocks of 32 (quant::quantize_activations) for every type here, Q4_K and
+// Q6_K included (matmul quantizes them so where the tiles run them; off the tiles those two take
+// super-blocks of 256), the weights the small integers of quant::decode_block32 (w = f * mul * q
+// - min), and each block's integer dot product is exact; only the float scaling and summing
+// differ in order. TDPBSSD computes those integer dot products
 // sixteen weight rows by sixteen activation rows at a time, one scale group per instruction (32
 // elements; 16 for Q6_K, whose scales cover 16), and the vector units scale and add each 16x16
 // result:
