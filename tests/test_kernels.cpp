@@ -15,6 +15,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/quant.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
@@ -583,6 +584,35 @@ TEST(Matmul, PoolOneAndTwoThreadsIdentical) {
       EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0)
           << dtype_name(dt) << " T=" << T << " (" << kernels::isa_name(kernels::active_isa())
           << ")";
+    }
+  }
+}
+
+// Block-quantized weights the same: one thread and two give the same bits, for decode, the
+// tiles, and (Q4_K, Q6_K) the panels the AVX512-VNNI kernels lay out per thread (T = 8, 16, 70
+// and 200; 1000 rows, 63 panels of 16, the last of 8).
+TEST(Matmul, QuantizedPoolOneAndTwoThreadsIdentical) {
+  std::mt19937 rng(6);
+  std::normal_distribution<float> dist(0.0f, 0.5f);
+  for (DType dt : {DType::Q4_K, DType::Q6_K, DType::Q8_0}) {
+    const std::size_t K = 768, N = 1000;
+    std::vector<float> row(K);
+    std::vector<std::uint8_t> w(N * dtype_row_bytes(dt, K));
+    for (std::size_t n = 0; n < N; ++n) {
+      for (float& v : row) v = dist(rng);
+      quant::quantize_row(dt, row.data(), K, w.data() + n * dtype_row_bytes(dt, K));
+    }
+    const WeightView view{w.data(), dt, N, K};
+    for (std::size_t T : {1u, 3u, 8u, 16u, 70u, 200u}) {
+      const std::vector<float> x = make_x(T, K, rng);
+      std::vector<float> y1(T * N), y2(T * N, -1.0f);
+      ThreadPool one(1), two(2);
+      kernels::matmul(x.data(), T, view, y1.data(), one);
+      kernels::matmul(x.data(), T, view, y2.data(), two);
+      EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0)
+          << dtype_name(dt) << " T=" << T << " (" << kernels::isa_name(kernels::active_isa())
+          << ")";
+      for (float v : y1) ASSERT_TRUE(std::isfinite(v)) << dtype_name(dt) << " T=" << T;
     }
   }
 }
