@@ -95,11 +95,11 @@ void quantize_row(DType t, const float* x, std::size_t cols, void* out);
 // ---- activations ----------------------------------------------------------------------------
 
 // A row of K activations quantized to 8 bits in blocks of 32, as llama.cpp does for its Q8_0 dot
-// products (it is the same for every weight type here): per block d = max|x| / 127 rounded to
+// products (for every weight type here but Q4_K and Q6_K): per block d = max|x| / 127 rounded to
 // f16 (ggml's Q8_0 keeps d in f16), q = round(x / d) in [-127, 127], and the sum of the q.
-// For Q4_K and Q6_K weights the activations are instead quantized in super-blocks of 256, as
-// llama.cpp's Q8_K (quantize_activations_k): d = max|x| / 127 per 256 elements, kept in float,
-// q = round(x / d) in [-127, 127], and the sums of the q per 16 elements. One scale per
+// For Q4_K and Q6_K weights the activations are instead quantized in super-blocks of 256, in the
+// layout of llama.cpp's Q8_K (quantize_activations_k): d = max|x| / 127 per 256 elements, kept in
+// float, q = round(x / d) in [-127, 127], and the sums of the q per 16 elements. One scale per
 // super-block lets the kernels sum the integer products of all of a super-block's sub-blocks,
 // each times its integer weight scale, before any float arithmetic.
 // A matmul fills the fields its weight type reads: q, d and sum (blocks of 32) or qk, dk, bsum
