@@ -49,12 +49,11 @@ namespace {
 
 constexpr std::size_t kPrefetchRows = 4;  // weight rows ahead (one 4-row tile), as the AVX2 kernels
 
-// The offset o of the unsigned encoding (see the top of the file).
+// The offset o of the blocks-of-32 types' unsigned encoding (see the top of the file).
 template <DType D>
 constexpr int kOffset = D == DType::Q8_0    ? 128
                         : D == DType::Q4_0  ? 8
                         : D == DType::Q5_0  ? 16
-                        : D == DType::Q6_K  ? 32
                         : D == DType::MXFP4 ? 12
                                             : 0;
 
@@ -485,21 +484,21 @@ void panel_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightVie
   const std::size_t K = w.cols, nsb = K / 256;
   const std::size_t rb = dtype_row_bytes(D, K);
   const auto* base = static_cast<const std::uint8_t*>(w.data);
-  // Each activation row's dx * (sum of its bytes) per super-block and group.
-  auto* fb = static_cast<float*>(tls_fb.get(T * nsb * G * sizeof(float)));
-  for (std::size_t t = 0; t < T; ++t)
-    for (std::size_t sb = 0; sb < nsb; ++sb) {
-      const float dx = x.dk[t * nsb + sb];
-      const std::int16_t* bs = x.bsum + t * (K / 16) + sb * 16;
-      for (int g = 0; g < G; ++g) {
-        if constexpr (D == DType::Q4_K)  // the two groups of 16 of each sub-block
-          fb[(t * nsb + sb) * G + static_cast<std::size_t>(g)] =
+  // Each activation row's dx * (sum of its bytes) per super-block and group: Q6_K's groups are
+  // the activations' own groups of 16 (x.fsum as it is), Q4_K's the pairs of them.
+  const float* fb = x.fsum;
+  if constexpr (D == DType::Q4_K) {
+    auto* fb4 = static_cast<float*>(tls_fb.get(T * nsb * G * sizeof(float)));
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t sb = 0; sb < nsb; ++sb) {
+        const float dx = x.dk[t * nsb + sb];
+        const std::int16_t* bs = x.bsum + t * (K / 16) + sb * 16;
+        for (int g = 0; g < G; ++g)
+          fb4[(t * nsb + sb) * G + static_cast<std::size_t>(g)] =
               dx * static_cast<float>(bs[2 * g] + bs[2 * g + 1]);
-        else
-          fb[(t * nsb + sb) * G + static_cast<std::size_t>(g)] =
-              x.fsum[t * (K / 16) + sb * 16 + static_cast<std::size_t>(g)];
       }
-    }
+    fb = fb4;
+  }
   const std::size_t panel_bytes = nsb * kPanelSbBytes<D>;
   auto* panels = static_cast<std::uint8_t*>(tls_panels.get((kSlabRows / 16) * panel_bytes));
   for (std::size_t s0 = n0; s0 < n1; s0 += kSlabRows) {
