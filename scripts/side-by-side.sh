@@ -9,7 +9,10 @@
 # they are), then, for ROUNDS rounds (default 3), alternates per file: llama-bench (pp, then tg at
 # each depth, flash attention off and on, its best of the two), `rkv bench-decode` with the full
 # cache, for a bf16 or f16 file also in the llama.cpp-precision mode (--matmul-precision llamacpp,
-# pp), and `rkv bench-decode` with R-KV at a budget (tg at the depths above the budget). Prints
+# pp), and `rkv bench-decode` with R-KV at a budget (tg at the depths above the budget); each
+# engine runs its own untimed warm-up before its tests (llama-bench's default, and rkv
+# bench-decode's since 2026-11-28: before that rkv's first and only repetition of pp512 was also
+# the first pass through its buffers, 6-9% slower on the bf16 file). Prints
 # one markdown table of medians over the rounds (the ratio is the median of the per-round
 # ratios), each figure also as a fraction of the machine's limit that rkv measures in the same
 # run (streaming-read bandwidth for decode, the matrix-product peak for prompt processing; a

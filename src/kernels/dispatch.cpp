@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "kernels/scratch.h"
 
 namespace rkv::kernels {
 
@@ -378,23 +379,29 @@ void matmul_many(const float* x, std::size_t T, std::span<const MatmulProduct> p
   const std::size_t K = products[0].w.cols, kpad = (K + 31) / 32 * 32;
   const bool lo = products[0].w.precision != MatmulPrecision::Rounded;
   const std::size_t ld = Bf16Activations::row_stride(kpad, lo);
-  thread_local std::vector<std::uint16_t> parts;
-  parts.resize(T * ld);
-  std::uint16_t* const buf = parts.data();  // the calling thread's buffer, for every thread
-  auto split = [&](std::size_t t0, std::size_t t1) {
-    for (std::size_t t = t0; t < t1; ++t) bf16_split(x + t * K, K, lo, kpad, buf + t * ld);
+  // Rows, or groups of kBf16GroupRows rows (the last zero-padded), as Bf16RowsFn takes them.
+  const bool grouped = bf16_grouped(T);
+  const std::size_t step = grouped ? kBf16GroupRows : 1, units = (T + step - 1) / step;
+  // The calling thread's buffer, for every thread; grow-only and never cleared (the split writes
+  // every element Bf16RowsFn reads): a vector resized between products of different K zeroed up
+  // to 10 MB a call.
+  thread_local Scratch parts;
+  auto* const buf = scratch_array<std::uint16_t>(parts, units * step * ld);
+  auto split = [&](std::size_t u0, std::size_t u1) {
+    for (std::size_t t = u0 * step; t < std::min(T, u1 * step); t += step)
+      bf16_split(x + t * K, std::min(step, T - t), K, lo, kpad, grouped, buf + t * ld);
   };
   if (T >= 16)
-    pool.parallel_ranges(T, 1, split);
+    pool.parallel_ranges(units, 1, split);
   else
-    split(0, T);
+    split(0, units);
   thread_local std::vector<Bf16Task> tasks;
   bf16_tasks(products, T, static_cast<std::size_t>(pool.size()), tasks);
   const Bf16Task* const list = tasks.data();  // the calling thread's list, for every thread
   pool.parallel_for(tasks.size(), [&](std::size_t i) {
     const Bf16Task& t = list[i];
     const MatmulProduct& p = products[t.p];
-    const Bf16Activations xs{buf + t.t0 * ld, t.t1 - t.t0, kpad, lo};
+    const Bf16Activations xs{buf + t.t0 * ld, t.t1 - t.t0, kpad, lo, grouped};
     bf16_rows(xs, p.w, t.n0, t.n1, p.y + t.t0 * p.w.rows, p.w.rows);
   });
 }
@@ -410,10 +417,10 @@ void matmul(const float* x, std::size_t T, const WeightView& w, float* y, Thread
   if (w.precision == MatmulPrecision::Rounded &&
       (w.dtype == DType::BF16 || w.dtype == DType::F16)) {
     // Rounded once, here, for every thread's rows (O(T K) against the product's O(T K N)).
-    thread_local std::vector<float> rounded;
-    rounded.resize(T * w.cols);
-    round_activations(x, T * w.cols, w.dtype, rounded.data());
-    x = rounded.data();
+    thread_local Scratch rounded;
+    float* const r = scratch_array<float>(rounded, T * w.cols);
+    round_activations(x, T * w.cols, w.dtype, r);
+    x = r;
   }
   if (dtype_is_quantized(w.dtype)) {
     // The activations are quantized once, here, for every thread's rows.
@@ -426,26 +433,13 @@ void matmul(const float* x, std::size_t T, const WeightView& w, float* y, Thread
     // Per row: the scales and sums of blocks of 32, or of super-blocks (K / 256 scales, K / 16
     // sums).
     const std::size_t nd = superblocks ? K / 256 : nb, ns = superblocks ? K / 16 : nb;
-    thread_local std::vector<std::int8_t> q;
-    thread_local std::vector<float> d;
-    thread_local std::vector<std::int32_t> sum;
-    thread_local std::vector<std::int16_t> bsum;
-    thread_local std::vector<float> fsum;
-    q.resize(T * K);
-    d.resize(T * nd);
-    if (superblocks) {
-      bsum.resize(T * ns);
-      fsum.resize(T * ns);
-    } else {
-      sum.resize(T * ns);
-    }
-    // Rows are quantized independently: prefill shares them out (a fifth of a Q4_K GEMM's time
-    // on one thread when the tiles run it).
-    std::int8_t* const qp = q.data();  // the calling thread's buffers, for every thread
-    float* const dp = d.data();
-    std::int32_t* const sp = sum.data();
-    std::int16_t* const bp = bsum.data();
-    float* const fp = fsum.data();
+    // The calling thread's buffers, for every thread (grow-only, written whole by the quantizer).
+    thread_local Scratch q, d, sum, bsum, fsum;
+    std::int8_t* const qp = scratch_array<std::int8_t>(q, T * K);
+    float* const dp = scratch_array<float>(d, T * nd);
+    std::int32_t* const sp = superblocks ? nullptr : scratch_array<std::int32_t>(sum, T * ns);
+    std::int16_t* const bp = superblocks ? scratch_array<std::int16_t>(bsum, T * ns) : nullptr;
+    float* const fp = superblocks ? scratch_array<float>(fsum, T * ns) : nullptr;
     auto quantize = [&](std::size_t t0, std::size_t t1) {
       if (superblocks)
         quantize_k_fn(x + t0 * K, t1 - t0, K, qp + t0 * K, dp + t0 * nd, bp + t0 * ns,

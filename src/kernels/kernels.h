@@ -88,19 +88,32 @@ void matmul_rows_reference(const float* x, std::size_t T, const WeightView& w, s
 // ---- bf16 weights on AVX512-BF16 ----
 // matmul splits the activations into bf16 parts once (hi = bf16(x), and for the exact precision
 // lo = bf16(x - hi)) for every thread's rows, as it quantizes them once for quantized weights, and
-// splits the rows over threads with Bf16RowsFn. Row t of `data` starts at t * row_stride(): hi,
-// then (exact precision only) lo at + kpad (kpad = cols rounded up to 32; zero past cols). The
-// rounded precision's rows are hi alone, packed, so the GEMM's input takes half the cache.
+// splits the rows over threads with Bf16RowsFn. Two layouts of `data`, both row_stride() elements
+// a row:
+//  * rows (the GEMV, and the AMX tiles, which read 16 rows of 32 elements in place): row t starts
+//    at t * row_stride(): hi, then (exact precision only) lo at + kpad (kpad = cols rounded up to
+//    32; zero past cols). The rounded precision's rows are hi alone, packed, so the GEMM's input
+//    takes half the cache.
+//  * grouped (the vector GEMM, bf16_grouped): rows in groups of kBf16GroupRows, group g at
+//    g * kBf16GroupRows * row_stride(); within a group, for each bf16 pair p (elements 2p, 2p+1),
+//    the group's hi pairs row by row, then (exact) their lo pairs: 32-bit pair (p, part, i) at
+//    ((p * parts + part) * kBf16GroupRows + i) * 2 elements. The micro-kernel's broadcasts for one
+//    pair then come from one cache line instead of one line a row. Rows past T in the last group
+//    are zero.
 struct Bf16Activations {
   const std::uint16_t* data = nullptr;
   std::size_t T = 0;
   std::size_t kpad = 0;
   bool lo = true;
+  bool grouped = false;
   static std::size_t row_stride(std::size_t kpad, bool lo) { return lo ? 2 * kpad : kpad; }
   std::size_t row_stride() const { return row_stride(kpad, lo); }
 };
-using Bf16SplitFn = void (*)(const float* x, std::size_t K, bool lo, std::size_t kpad,
-                             std::uint16_t* row);  // one row of x into one row of data
+inline constexpr std::size_t kBf16GroupRows = 8;
+// Rows [0, n) of x (K columns) into `out`: n rows in the rows layout, or (grouped) one group,
+// n <= kBf16GroupRows.
+using Bf16SplitFn = void (*)(const float* x, std::size_t n, std::size_t K, bool lo,
+                             std::size_t kpad, bool grouped, std::uint16_t* out);
 using Bf16RowsFn = void (*)(const Bf16Activations& x, const WeightView& w, std::size_t n0,
                             std::size_t n1, float* y, std::size_t ldy);
 // From kBf16GemmMinT input rows Bf16RowsFn runs a packed GEMM over panels of kBf16GemmPanel
@@ -119,6 +132,11 @@ Bf16RowsFn bf16_rows_for(Isa isa);
 // f32 accumulation). RKV_AMX=off keeps it off; a CPU with AMX whose kernel refuses says so once on
 // stderr. Decided once, on the first call.
 bool amx_enabled();
+// The layout Bf16RowsFn takes for T input rows: grouped for the vector GEMM (T >= kBf16GemmMinT,
+// not on tiles), rows otherwise.
+inline bool bf16_grouped(std::size_t T) {
+  return T >= kBf16GemmMinT && !amx_enabled();
+}
 // AMX-INT8: with an AVX-512 ISA active, AVX512-VNNI, AMX-TILE and AMX-INT8 and the tile state
 // granted, the quantized GEMM runs on tiles from kQuantAmxMinT rows for Q4_K, Q6_K and Q8_0 (K a
 // multiple of 64): TDPBSSD on 8-bit activation blocks of 32 (for Q4_K and Q6_K too, which

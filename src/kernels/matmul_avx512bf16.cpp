@@ -13,12 +13,14 @@
 // (their lo is zero, and adding a product of zeros leaves an f32 sum unchanged).
 //
 // The hi/lo split of x is made once per matrix product, for every thread's rows (matmul in
-// dispatch.cpp, through bf16_split_row; the MatmulRowsFn here splits its own copy per call):
+// dispatch.cpp, through bf16_split; the MatmulRowsFn here splits its own copy per call):
 //  * decode (T < kGemmMinT): GEMV over the weight rows in their natural layout (which already is
-//    VDPBF16PS's pair order).
+//    VDPBF16PS's pair order), on activations in rows.
 //  * prefill: blocked GEMM; a panel of 48 weight rows x kKc columns is transposed in units of
 //    bf16 pairs (16x16 transposes of 32-bit elements) into [k/2][48] pairs, and an outer-product
-//    micro-kernel broadcasts x pairs against the packed panel.
+//    micro-kernel broadcasts x pairs against the packed panel. The activations are in groups of
+//    8 rows (kernels.h's grouped layout), so that one pair's 8 (or 16, with lo) broadcasts read
+//    one cache line.
 //
 // Everything here has internal linkage and uses no out-of-line library templates, so no code
 // compiled with -mavx512* can be picked by the linker for another translation unit.
@@ -54,17 +56,19 @@ namespace {
 // 9, 16 and 33 rows (Qwen2.5-0.5B shapes, docs/PERFORMANCE-LOG.md 2026-11-23); larger blocks
 // (prefill chunks) keep the GEMM.
 constexpr std::size_t kGemmMinT = kBf16GemmMinT;
-// K block of the GEMM (a multiple of 32). Large enough that no K of the shapes measured is
-// blocked: against blocks of 256 (the panel in L1, the outputs accumulated once a block), pp512 in
-// the llama.cpp-precision mode went from 398-431 to 457-475 tokens/s (2 threads, alternating,
-// 2026-11-25; blocks of 1024 and 2048 measured between the two). The panel streams from L2.
-constexpr std::size_t kKc = 8192;
+// K block of the GEMM (a multiple of 32). Against blocks of 256 (the panel in L1, the outputs
+// accumulated once a block), pp512 in the llama.cpp-precision mode went from 398-431 to 457-475
+// tokens/s with blocks of 8192 (2 threads, alternating, 2026-11-25). Blocks of 2048 leave the
+// Qwen2.5-0.5B shape's K = 896 whole and cut its down projection's 4864 in three: one thread of
+// `rkv_bench Matmul/down/T512` in the exact mode ran at 154-166 GFLOP/s against 139-152 unblocked
+// (3 alternating rounds, 2026-11-28, Zen 4/5 EPYC; 512 and 1024 in between).
+constexpr std::size_t kKc = 2048;
 // The GEMM micro-kernel: kMr input rows x kNv vectors of 16 weight rows (a panel of
 // kBf16GemmPanel rows), 24 accumulators. Measured in L1 on the 2-core Zen 4 (one core, K block
 // 256, 2026-11-25): 8 x 3 runs at 213-228 GFLOP/s, 12 x 2 (the earlier shape) at 191-197, against
 // a peak loop of 228-235: per pair of K it issues 8 broadcasts and 3 loads for 24 VDPBF16PS, where
 // 12 x 2 issues 12 and 2. (Broadcasts folded into VDPBF16PS as {1to16} memory operands ran at 60.)
-constexpr int kMr = 8;
+constexpr std::size_t kMr = kBf16GroupRows;  // 8
 constexpr int kNv = 3;
 static_assert(kBf16GemmPanel == 16 * kNv);
 
@@ -102,6 +106,53 @@ void split_row(const float* x, std::size_t n, std::uint16_t* hi, std::uint16_t* 
     const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     const __m256i l = as_si256(_mm512_cvtneps_pbh(_mm512_sub_ps(v, hf)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + k), l);
+  }
+}
+
+// In-place transpose of an 8x8 matrix of 32-bit elements (r[i] = row i on entry, column i on
+// exit).
+inline void transpose8x8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// Rows [0, n) of x (n <= kMr) into one group of the grouped layout (kernels.h): 16 elements of
+// each of the kMr rows at a time are split as split_row does (rows past n: zero), and the 8 x 8
+// matrix of their pairs is transposed so that each pair's rows are adjacent.
+void split_group(const float* x, std::size_t n, std::size_t K, bool lo, std::size_t kpad,
+                 std::uint32_t* out) {
+  const std::size_t parts = lo ? 2 : 1;
+  for (std::size_t k = 0; k < kpad; k += 16) {
+    const __mmask16 m = k < K ? tail_mask16(K - k) : static_cast<__mmask16>(0);
+    __m256 h[kMr], l[kMr];
+    for (std::size_t i = 0; i < kMr; ++i) {
+      const __m512 v = i < n ? _mm512_maskz_loadu_ps(m, x + i * K + k) : _mm512_setzero_ps();
+      const __m256i hb = as_si256(_mm512_cvtneps_pbh(v));
+      h[i] = _mm256_castsi256_ps(hb);
+      if (!lo) continue;
+      const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hb), 16));
+      l[i] = _mm256_castsi256_ps(as_si256(_mm512_cvtneps_pbh(_mm512_sub_ps(v, hf))));
+    }
+    transpose8x8(h);
+    if (lo) transpose8x8(l);
+    for (std::size_t j = 0; j < 8; ++j) {
+      float* o = reinterpret_cast<float*>(out + (k / 2 + j) * parts * kMr);
+      _mm256_storeu_ps(o, h[j]);
+      if (lo) _mm256_storeu_ps(o + kMr, l[j]);
+    }
   }
 }
 
@@ -273,38 +324,47 @@ void gemv_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const W
 // Packs bf16 weight rows [n, n + nr) (nr <= 16), columns [kc, kc + kl), as pairs:
 // out[p * ldo + i] = (w[n + i][kc + 2p], w[n + i][kc + 2p + 1]). Rows beyond nr and columns
 // beyond kl (up to the next multiple of 32) are zero.
+constexpr std::size_t kPackPrefetch = 512;  // bytes ahead in each weight row
+
 void pack16_pairs(const std::uint16_t* w, std::size_t K, std::size_t n, std::size_t nr,
                   std::size_t kc, std::size_t kl, std::uint32_t* out, std::size_t ldo) {
   const std::uint16_t* base = w + n * K + kc;
   for (std::size_t k = 0; k < kl; k += 32) {
     const __mmask32 m = tail_mask32(kl - k);
     __m512i r[16];
-    for (std::size_t i = 0; i < 16; ++i)
-      r[i] = i < nr ? _mm512_maskz_loadu_epi16(m, base + i * K + k) : _mm512_setzero_si512();
+    for (std::size_t i = 0; i < 16; ++i) {
+      if (i >= nr) {
+        r[i] = _mm512_setzero_si512();
+        continue;
+      }
+      prefetch_ahead(base + i * K + k, kPackPrefetch);
+      r[i] = _mm512_maskz_loadu_epi16(m, base + i * K + k);
+    }
     transpose16x16(r);
     for (std::size_t j = 0; j < 16; ++j) _mm512_store_si512(out + (k / 2 + j) * ldo, r[j]);
   }
 }
 
 // y[i][j] (+)= sum_p (xhi[i][p] + xlo[i][p]) . b[p][j] for i < MR, j < 16 * NV (the last 16
-// masked by lastm). xs row i: hi pairs at xs + i * ldxs, lo pairs at + half (only when kLo).
+// masked by lastm). xs: one group of the grouped layout (kernels.h), from the block's first pair:
+// pair p's hi at xs + p * G + i, its lo (only when kLo) at + kMr, G = kMr per part.
 template <int MR, int NV, bool kLo>
-void micro(const std::uint32_t* xs, std::size_t ldxs, std::size_t half, const std::uint32_t* b,
-           std::size_t kp, float* y, std::size_t ldy, __mmask16 lastm, bool accumulate) {
+void micro(const std::uint32_t* xs, const std::uint32_t* b, std::size_t kp, float* y,
+           std::size_t ldy, __mmask16 lastm, bool accumulate) {
+  constexpr std::size_t G = (kLo ? 2 : 1) * kMr;
   __m512 c[MR][NV];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NV; ++j) c[i][j] = _mm512_setzero_ps();
-  const std::uint32_t* xr[MR];
-  for (int i = 0; i < MR; ++i) xr[i] = xs + i * ldxs;
 #pragma GCC unroll 2
   for (std::size_t p = 0; p < kp; ++p) {
     __m512bh bv[NV];
     for (int j = 0; j < NV; ++j) bv[j] = as_bh(_mm512_load_si512(b + p * (16 * NV) + 16 * j));
+    const std::uint32_t* a = xs + p * G;
     for (int i = 0; i < MR; ++i) {
-      const __m512bh ah = as_bh(_mm512_set1_epi32(static_cast<int>(xr[i][p])));
+      const __m512bh ah = as_bh(_mm512_set1_epi32(static_cast<int>(a[i])));
       for (int j = 0; j < NV; ++j) c[i][j] = _mm512_dpbf16_ps(c[i][j], ah, bv[j]);
       if constexpr (kLo) {
-        const __m512bh al = as_bh(_mm512_set1_epi32(static_cast<int>(xr[i][half + p])));
+        const __m512bh al = as_bh(_mm512_set1_epi32(static_cast<int>(a[kMr + i])));
         for (int j = 0; j < NV; ++j) c[i][j] = _mm512_dpbf16_ps(c[i][j], al, bv[j]);
       }
     }
@@ -320,8 +380,8 @@ void micro(const std::uint32_t* xs, std::size_t ldxs, std::size_t half, const st
   }
 }
 
-using MicroFn = void (*)(const std::uint32_t*, std::size_t, std::size_t, const std::uint32_t*,
-                         std::size_t, float*, std::size_t, __mmask16, bool);
+using MicroFn = void (*)(const std::uint32_t*, const std::uint32_t*, std::size_t, float*,
+                         std::size_t, __mmask16, bool);
 
 template <int NV, bool kLo, std::size_t... I>
 constexpr std::array<MicroFn, sizeof...(I)> micro_table(std::index_sequence<I...>) {
@@ -363,12 +423,14 @@ void for_each_packed_block(const WeightView& w, std::size_t n0, std::size_t n1, 
   }
 }
 
+// The vector GEMM on activations in the grouped layout (kernels.h).
 template <bool kLo>
 void gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const WeightView& w,
                std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
-  // Row t of xs as 32-bit pairs: hi at t * ld32, lo (kLo) at + kpad / 2.
+  // Group g (input rows 8g..8g+7) at g * group32, as 32-bit pairs; pair p of it at p * G.
   const auto* xs32 = reinterpret_cast<const std::uint32_t*>(xs);
-  const std::size_t ld32 = Bf16Activations::row_stride(kpad, kLo) / 2;
+  const std::size_t group32 = kMr * Bf16Activations::row_stride(kpad, kLo) / 2;
+  constexpr std::size_t G = (kLo ? 2 : 1) * kMr;
   for_each_packed_block(w, n0, n1,
                         [&](std::size_t nb, std::size_t nr, std::size_t nv, std::size_t kc,
                             std::size_t kl, const std::uint32_t* packed) {
@@ -378,7 +440,7 @@ void gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const W
                           const std::size_t kp = (kl + 1) / 2;
                           for (std::size_t t0 = 0; t0 < T; t0 += kMr) {
                             const std::size_t mr = min_sz(kMr, T - t0);
-                            table[mr - 1](xs32 + t0 * ld32 + kc / 2, ld32, kpad / 2, packed, kp,
+                            table[mr - 1](xs32 + t0 / kMr * group32 + kc / 2 * G, packed, kp,
                                           y + t0 * ldy + nb, ldy, lastm, kc > 0);
                           }
                         });
@@ -483,9 +545,16 @@ void amx_gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, con
   _tile_release();
 }
 
-// Row `row` of Bf16Activations::data from one row of x: hi, then (when lo) lo.
-void bf16_split_row(const float* x, std::size_t K, bool lo, std::size_t kpad, std::uint16_t* row) {
-  split_row(x, K, row, lo ? row + kpad : nullptr, kpad);
+// Rows [0, n) of x into Bf16Activations::data: row by row (hi, then when lo, lo), or one group.
+void bf16_split(const float* x, std::size_t n, std::size_t K, bool lo, std::size_t kpad,
+                bool grouped, std::uint16_t* out) {
+  if (grouped) {
+    split_group(x, n, K, lo, kpad, reinterpret_cast<std::uint32_t*>(out));
+    return;
+  }
+  const std::size_t ld = Bf16Activations::row_stride(kpad, lo);
+  for (std::size_t t = 0; t < n; ++t)
+    split_row(x + t * K, K, out + t * ld, lo ? out + t * ld + kpad : nullptr, kpad);
 }
 
 void bf16_rows(const Bf16Activations& x, const WeightView& w, std::size_t n0, std::size_t n1,
@@ -496,6 +565,7 @@ void bf16_rows(const Bf16Activations& x, const WeightView& w, std::size_t n0, st
       for (std::size_t n = n0; n < n1; ++n) y[t * ldy + n] = 0.0f;
     return;
   }
+  // The layout is bf16_grouped(T)'s: grouped for the vector GEMM, rows for the tiles and the GEMV.
   if (x.T >= kGemmMinT && amx_enabled()) {
     (x.lo ? amx_gemm_rows<true> : amx_gemm_rows<false>)(x.data, x.T, x.kpad, w, n0, n1, y, ldy);
   } else if (x.T >= kGemmMinT) {
@@ -516,9 +586,12 @@ void matmul_rows_avx512bf16(const float* x, std::size_t T, const WeightView& w, 
   const bool lo = w.precision != MatmulPrecision::Rounded;
   const std::size_t kpad = round_up(w.cols, 32);
   const std::size_t ld = Bf16Activations::row_stride(kpad, lo);
-  auto* xs = static_cast<std::uint16_t*>(tls_x.get(T * ld * sizeof(std::uint16_t)));
-  for (std::size_t t = 0; t < T; ++t) bf16_split_row(x + t * w.cols, w.cols, lo, kpad, xs + t * ld);
-  bf16_rows({xs, T, kpad, lo}, w, n0, n1, y, ldy);
+  const bool grouped = bf16_grouped(T);
+  const std::size_t rows = grouped ? round_up(T, kMr) : T, step = grouped ? kMr : T;
+  auto* xs = static_cast<std::uint16_t*>(tls_x.get(rows * ld * sizeof(std::uint16_t)));
+  for (std::size_t t = 0; t < T; t += step)
+    bf16_split(x + t * w.cols, min_sz(step, T - t), w.cols, lo, kpad, grouped, xs + t * ld);
+  bf16_rows({xs, T, kpad, lo, grouped}, w, n0, n1, y, ldy);
 }
 
 }  // namespace
@@ -528,7 +601,7 @@ MatmulRowsFn matmul_rows_avx512bf16_fn() {
 }
 
 Bf16SplitFn bf16_split_avx512bf16_fn() {
-  return &bf16_split_row;
+  return &bf16_split;
 }
 
 Bf16RowsFn bf16_rows_avx512bf16_fn() {

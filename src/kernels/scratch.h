@@ -1,7 +1,7 @@
 // A per-thread, grow-only, 64-byte aligned scratch buffer for the kernels that lay out weights or
-// activations per call (the AMX GEMMs, the AVX512-VNNI panels of Q4_K/Q6_K). Plain code, no
-// library templates: safe to include from translation units compiled for any instruction set;
-// everything is internal to each of them.
+// activations per call (the AMX GEMMs, the AVX512-VNNI panels of Q4_K/Q6_K, the activations
+// matmul splits or quantizes once per product). Plain code, no library templates: safe to include
+// from translation units compiled for any instruction set; everything is internal to each of them.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +35,12 @@ class Scratch {
   void* p_ = nullptr;
   std::size_t cap_ = 0;
 };
+
+// n elements of T in s.
+template <class T>
+T* scratch_array(Scratch& s, std::size_t n) {
+  return static_cast<T*>(s.get(n * sizeof(T)));
+}
 
 }  // namespace
 }  // namespace rkv::kernels

@@ -36,6 +36,7 @@ struct Args {
   int repetitions = 1;
   int threads = 1;
   bool no_limits = false;
+  bool no_warmup = false;
   std::string json_out;
   std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
 };
@@ -61,6 +62,10 @@ void setup(CLI::App& app) {
                   "Repetitions of each test (the best is reported)")
       ->check(at_least(1));
   add_flag_option(app, "--json", args->json_out, "Also write the results to this JSON file");
+  app.add_flag("--no-warmup", args->no_warmup,
+               "Skip the untimed warm-up before the tests (as llama-bench: one prompt of the "
+               "prompt test's length before its repetitions, one decode step before the decode "
+               "tests)");
   app.add_flag("--no-limits", args->no_limits,
                "Skip measuring the machine's limits (streaming-read bandwidth and compute peak "
                "with the same threads, about 3 s) and the columns that compare with them");
@@ -161,12 +166,13 @@ void setup(CLI::App& app) {
     };
     if (args->n_prompt > 0) {
       double best = 1e30;
-      for (int rep = 0; rep < args->repetitions; ++rep) {
+      // rep < 0: the warm-up, untimed (the first pass also touches every scratch buffer).
+      for (int rep = args->no_warmup ? 0 : -1; rep < args->repetitions; ++rep) {
         KvCache cache(model->cache_shape(args->n_prompt, 0, kv_dtype));
         const auto tokens = random_tokens(args->n_prompt);
         const double t0 = now_seconds();
         prefill(*model, cache, tokens, 0, 512, scratch, pool, logits.data());
-        best = std::min(best, now_seconds() - t0);
+        if (rep >= 0) best = std::min(best, now_seconds() - t0);
       }
       // Flops: two per parameter per token for the layers' matrices, two per output-head
       // parameter once (prefill computes the last token's logits only), and causal attention
@@ -177,6 +183,17 @@ void setup(CLI::App& app) {
       const double flops = 2.0 * layer_params * T + 2.0 * static_cast<double>(matmuls.head_params) +
                            2.0 * c.kv_layers() * c.num_heads * c.head_dim * T * (T + 1);
       report("pp" + std::to_string(args->n_prompt), 0, args->n_prompt, best, flops, true);
+    }
+    if (args->n_gen > 0 && !args->no_warmup) {  // one untimed decode step from an empty cache
+      KvMemory memory(
+          kv_params, {}, {},
+          ModelCalibration{query_stats, model->rope_frequencies(), model->rope_magnitude()});
+      memory.allocate(KvMemory::shape_for(*model, kv_params,
+                                          KvMemory::capacity_for(kv_params, 0, 1), kv_dtype));
+      KvMemory* const memories[] = {&memory};
+      memory.begin_decode_step(0, 0);
+      const ForwardRow row{memory.cache_for_appends(), 0, 0, true};
+      runner.run({&row, 1}, memories, logits.data());
     }
     for (int depth : args->n_gen > 0 ? depths : std::vector<int>{}) {
       double best = 1e30, best_compress = 0.0, best_bytes = 0.0;
