@@ -101,6 +101,11 @@ for ((r = 1; r <= rounds; r++)); do
 done
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+# The family and model tell apart CPUs whose model name is the same ("AMD EPYC": Zen 4 is
+# family 25, Zen 5 family 26).
+family=$(grep -m1 '^cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')
+model=$(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')
+[ -n "$family" ] && cpu="$cpu (family $family, model $model)"
 isa=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
   grep -xE 'avx2|avx512f|avx512_bf16|avx512_vnni|avx512_fp16|amx_bf16|amx_int8|amx_tile' |
   tr '\n' ' ' | sed 's/ $//')
