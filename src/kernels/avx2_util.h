@@ -1,5 +1,6 @@
 // AVX2 helpers shared by the per-ISA kernels. Include only from translation units compiled with
-// AVX2 flags (the *_avx2.cpp files); everything is internal to each of them.
+// AVX2 flags (the *_avx2.cpp files, and the AVX-512 ones, which have them too); everything is
+// internal to each of them.
 #pragma once
 
 #include <immintrin.h>

@@ -40,6 +40,7 @@
 #include <utility>
 
 #include "kernels/amx_util.h"
+#include "kernels/avx2_util.h"
 #include "kernels/avx512_util.h"
 #include "kernels/kernels.h"
 #include "kernels/prefetch.h"
@@ -106,26 +107,6 @@ void split_row(const float* x, std::size_t n, std::uint16_t* hi, std::uint16_t* 
     const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     const __m256i l = as_si256(_mm512_cvtneps_pbh(_mm512_sub_ps(v, hf)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + k), l);
-  }
-}
-
-// In-place transpose of an 8x8 matrix of 32-bit elements (r[i] = row i on entry, column i on
-// exit).
-inline void transpose8x8(__m256 r[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
   }
 }
 
