@@ -47,7 +47,10 @@ QuantizedRowsFn quantized_rows_avx512vnni_fn();
 
 namespace {
 
-constexpr std::size_t kPrefetchRows = 4;  // weight rows ahead (one 4-row tile), as the AVX2 kernels
+// Weight rows ahead (one 4-row tile), as the AVX2 kernels. Q4_K_M decode of the R1-1.5B shape,
+// 2 threads, 6 alternating rounds (2026-11-28, Zen 5): 2 rows ahead 37.0 tokens/s against 38.5,
+// 12 rows 40.8 against 42.3.
+constexpr std::size_t kPrefetchRows = 4;
 
 // The offset o of the blocks-of-32 types' unsigned encoding (see the top of the file).
 template <DType D>
