@@ -12,7 +12,7 @@
 # pp), and `rkv bench-decode` with R-KV at a budget (tg at the depths above the budget); each
 # engine runs its own untimed warm-up before its tests (llama-bench's default, and rkv
 # bench-decode's since 2026-11-28: before that rkv's first and only repetition of pp512 was also
-# the first pass through its buffers, 6-9% slower on the bf16 file). Prints
+# the first pass through its buffers, 6-8% slower on the bf16 file). Prints
 # one markdown table of medians over the rounds (the ratio is the median of the per-round
 # ratios), each figure also as a fraction of the machine's limit that rkv measures in the same
 # run (streaming-read bandwidth for decode, the matrix-product peak for prompt processing; a

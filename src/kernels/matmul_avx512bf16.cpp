@@ -62,7 +62,8 @@ constexpr std::size_t kGemmMinT = kBf16GemmMinT;
 // tokens/s with blocks of 8192 (2 threads, alternating, 2026-11-25). Blocks of 2048 leave the
 // Qwen2.5-0.5B shape's K = 896 whole and cut its down projection's 4864 in three: one thread of
 // `rkv_bench Matmul/down/T512` in the exact mode ran at 154-166 GFLOP/s against 139-152 unblocked
-// (3 alternating rounds, 2026-11-28, Zen 4/5 EPYC; 512 and 1024 in between).
+// (3 alternating rounds, 2026-11-28, Zen 5 EPYC; blocks of 512 gave 154-168 and 1024 150-163,
+// not told apart from 2048).
 constexpr std::size_t kKc = 2048;
 // The GEMM micro-kernel: kMr input rows x kNv vectors of 16 weight rows (a panel of
 // kBf16GemmPanel rows), 24 accumulators. Measured in L1 on the 2-core Zen 4 (one core, K block
@@ -94,6 +95,15 @@ inline __m256i as_si256(__m256bh v) {
   return reinterpret_cast<__m256i&>(v);
 }
 
+// The two bf16 parts of 16 floats: hi = bf16(v), and lo = bf16(v - hi) (both layouts' split).
+inline __m256i split_hi(__m512 v) {
+  return as_si256(_mm512_cvtneps_pbh(v));
+}
+inline __m256i split_lo(__m512 v, __m256i hi) {
+  const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+  return as_si256(_mm512_cvtneps_pbh(_mm512_sub_ps(v, hf)));
+}
+
 // hi[k] = bf16(x[k]), lo[k] = bf16(x[k] - hi[k]) for k < n; zero for n <= k < npad (npad a
 // multiple of 16). lo == nullptr: hi only.
 void split_row(const float* x, std::size_t n, std::uint16_t* hi, std::uint16_t* lo,
@@ -101,13 +111,16 @@ void split_row(const float* x, std::size_t n, std::uint16_t* hi, std::uint16_t* 
   for (std::size_t k = 0; k < npad; k += 16) {
     const __mmask16 m = k < n ? tail_mask16(n - k) : static_cast<__mmask16>(0);
     const __m512 v = _mm512_maskz_loadu_ps(m, x + k);
-    const __m256i h = as_si256(_mm512_cvtneps_pbh(v));
+    const __m256i h = split_hi(v);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + k), h);
-    if (lo == nullptr) continue;
-    const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    const __m256i l = as_si256(_mm512_cvtneps_pbh(_mm512_sub_ps(v, hf)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + k), l);
+    if (lo != nullptr) _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + k), split_lo(v, h));
   }
+}
+
+// 32-bit pairs from one bf16 pair of a group of the grouped layout to the next: kMr hi pairs,
+// then (lo) kMr lo pairs.
+constexpr std::size_t group_pair_stride(bool lo) {
+  return (lo ? 2 : 1) * kMr;
 }
 
 // Rows [0, n) of x (n <= kMr) into one group of the grouped layout (kernels.h): 16 elements of
@@ -115,22 +128,20 @@ void split_row(const float* x, std::size_t n, std::uint16_t* hi, std::uint16_t* 
 // matrix of their pairs is transposed so that each pair's rows are adjacent.
 void split_group(const float* x, std::size_t n, std::size_t K, bool lo, std::size_t kpad,
                  std::uint32_t* out) {
-  const std::size_t parts = lo ? 2 : 1;
+  const std::size_t stride = group_pair_stride(lo);
   for (std::size_t k = 0; k < kpad; k += 16) {
     const __mmask16 m = k < K ? tail_mask16(K - k) : static_cast<__mmask16>(0);
     __m256 h[kMr], l[kMr];
     for (std::size_t i = 0; i < kMr; ++i) {
       const __m512 v = i < n ? _mm512_maskz_loadu_ps(m, x + i * K + k) : _mm512_setzero_ps();
-      const __m256i hb = as_si256(_mm512_cvtneps_pbh(v));
+      const __m256i hb = split_hi(v);
       h[i] = _mm256_castsi256_ps(hb);
-      if (!lo) continue;
-      const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hb), 16));
-      l[i] = _mm256_castsi256_ps(as_si256(_mm512_cvtneps_pbh(_mm512_sub_ps(v, hf))));
+      if (lo) l[i] = _mm256_castsi256_ps(split_lo(v, hb));
     }
     transpose8x8(h);
     if (lo) transpose8x8(l);
     for (std::size_t j = 0; j < 8; ++j) {
-      float* o = reinterpret_cast<float*>(out + (k / 2 + j) * parts * kMr);
+      float* o = reinterpret_cast<float*>(out + (k / 2 + j) * stride);
       _mm256_storeu_ps(o, h[j]);
       if (lo) _mm256_storeu_ps(o + kMr, l[j]);
     }
@@ -302,8 +313,9 @@ void gemv_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const W
 
 // ---- prefill: packed GEMM -------------------------------------------------------------------
 
-// Bytes ahead in each weight row that pack16_pairs prefetches: the packing went from 5.1% to 2.2%
-// of a pp512 pass in `perf` (Qwen2.5-0.5B bf16 shape, 2 threads, 2026-11-28).
+// Bytes ahead in each weight row that pack16_pairs prefetches: with it (and the grouped inputs and
+// K blocks that came in the same change) the packing went from 5.1% to 2.2% of a pp512 pass in
+// `perf` (Qwen2.5-0.5B bf16 shape, 2 threads, 2026-11-28).
 constexpr std::size_t kPackPrefetch = 512;
 
 // Packs bf16 weight rows [n, n + nr) (nr <= 16), columns [kc, kc + kl), as pairs:
@@ -330,11 +342,11 @@ void pack16_pairs(const std::uint16_t* w, std::size_t K, std::size_t n, std::siz
 
 // y[i][j] (+)= sum_p (xhi[i][p] + xlo[i][p]) . b[p][j] for i < MR, j < 16 * NV (the last 16
 // masked by lastm). xs: one group of the grouped layout (kernels.h), from the block's first pair:
-// pair p's hi at xs + p * G + i, its lo (only when kLo) at + kMr, G = kMr per part.
+// pair p's hi at xs + p * G + i, its lo (only when kLo) at + kMr (G: group_pair_stride).
 template <int MR, int NV, bool kLo>
 void micro(const std::uint32_t* xs, const std::uint32_t* b, std::size_t kp, float* y,
            std::size_t ldy, __mmask16 lastm, bool accumulate) {
-  constexpr std::size_t G = (kLo ? 2 : 1) * kMr;
+  constexpr std::size_t G = group_pair_stride(kLo);
   __m512 c[MR][NV];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NV; ++j) c[i][j] = _mm512_setzero_ps();
@@ -413,7 +425,7 @@ void gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const W
   // Group g (input rows 8g..8g+7) at g * group32, as 32-bit pairs; pair p of it at p * G.
   const auto* xs32 = reinterpret_cast<const std::uint32_t*>(xs);
   const std::size_t group32 = kMr * Bf16Activations::row_stride(kpad, kLo) / 2;
-  constexpr std::size_t G = (kLo ? 2 : 1) * kMr;
+  constexpr std::size_t G = group_pair_stride(kLo);
   for_each_packed_block(w, n0, n1,
                         [&](std::size_t nb, std::size_t nr, std::size_t nv, std::size_t kc,
                             std::size_t kl, const std::uint32_t* packed) {

@@ -47,9 +47,9 @@ QuantizedRowsFn quantized_rows_avx512vnni_fn();
 
 namespace {
 
-// Weight rows ahead (one 4-row tile), as the AVX2 kernels. Q4_K_M decode of the R1-1.5B shape,
-// 2 threads, 6 alternating rounds (2026-11-28, Zen 5): 2 rows ahead 37.0 tokens/s against 38.5,
-// 12 rows 40.8 against 42.3.
+// Weight rows ahead (one 4-row tile), as the AVX2 kernels. Q4_K_M decode of the R1-1.5B shape
+// (`rkv bench-decode -t 2 -p 0 -n 64 -d 0 -r 2`), medians of 6 alternating rounds (2026-11-28,
+// Zen 5): 2 rows ahead 37.0 tokens/s against 38.5, 12 rows 40.8 against 42.2.
 constexpr std::size_t kPrefetchRows = 4;
 
 // The offset o of the blocks-of-32 types' unsigned encoding (see the top of the file).

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -184,12 +185,18 @@ void setup(CLI::App& app) {
                            2.0 * c.kv_layers() * c.num_heads * c.head_dim * T * (T + 1);
       report("pp" + std::to_string(args->n_prompt), 0, args->n_prompt, best, flops, true);
     }
-    if (args->n_gen > 0 && !args->no_warmup) {  // one untimed decode step from an empty cache
-      KvMemory memory(
-          kv_params, {}, {},
+    // A sequence's memory for `depth` tokens and then `n_gen` more.
+    auto new_memory = [&](int depth, int n_gen) {
+      auto memory = std::make_unique<KvMemory>(
+          kv_params, CompressionVocab{}, SteeringParams{},
           ModelCalibration{query_stats, model->rope_frequencies(), model->rope_magnitude()});
-      memory.allocate(KvMemory::shape_for(*model, kv_params,
-                                          KvMemory::capacity_for(kv_params, 0, 1), kv_dtype));
+      memory->allocate(KvMemory::shape_for(
+          *model, kv_params, KvMemory::capacity_for(kv_params, depth, n_gen), kv_dtype));
+      return memory;
+    };
+    if (args->n_gen > 0 && !args->no_warmup) {  // one untimed decode step from an empty cache
+      const std::unique_ptr<KvMemory> owned = new_memory(0, 1);
+      KvMemory& memory = *owned;
       KvMemory* const memories[] = {&memory};
       memory.begin_decode_step(0, 0);
       const ForwardRow row{memory.cache_for_appends(), 0, 0, true};
@@ -200,11 +207,8 @@ void setup(CLI::App& app) {
       std::int64_t compressions = 0;
       int entries = 0;
       for (int rep = 0; rep < args->repetitions; ++rep) {
-        KvMemory memory(
-            kv_params, {}, {},
-            ModelCalibration{query_stats, model->rope_frequencies(), model->rope_magnitude()});
-        memory.allocate(KvMemory::shape_for(
-            *model, kv_params, KvMemory::capacity_for(kv_params, depth, args->n_gen), kv_dtype));
+        const std::unique_ptr<KvMemory> owned = new_memory(depth, args->n_gen);
+        KvMemory& memory = *owned;
         KvMemory* const memories[] = {&memory};
         const KvCache& cache = memory.cache();
         if (depth > 0) {
