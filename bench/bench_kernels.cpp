@@ -8,7 +8,8 @@
 //
 // Attention: one query token's 7 heads against one KV head's cache of n entries (float32), the
 // caches cycled like the weights so that each call reads its keys and values from memory, as
-// decode does; reports GB/s of cache read.
+// decode does; reports GB/s of cache read. Attention/d128/...: the same with 6 heads of size 128
+// (the R1-Distill-Qwen-1.5B shape: 12 q heads, 2 kv heads).
 //
 // Limits: the machine's streaming-read bandwidth and compute peak per instruction set and thread
 // count (kernels/limits.h), the ceilings the matmul figures are read against.
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/huge_pages.h"
 #include "core/quant.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
@@ -136,19 +138,20 @@ void BM_QuantMatmul(benchmark::State& state, DType dtype, Shape shape, std::size
       benchmark::Counter::kIsRate);
 }
 
-void BM_Attention(benchmark::State& state, Isa isa, int n, rkv::KvDtype dtype) {
+void BM_Attention(benchmark::State& state, Isa isa, int n, rkv::KvDtype dtype, int G, int d) {
   if (!rkv::kernels::isa_supported(isa)) {
     state.SkipWithError("ISA not supported on this CPU");
     return;
   }
   const rkv::kernels::AttentionFn fn = rkv::kernels::attention_for(isa, dtype);
-  constexpr int G = 7, d = 64;
   const std::size_t row_bytes = rkv::kv_row_bytes(dtype, d);
   const std::size_t per_cache = static_cast<std::size_t>(n) * row_bytes;  // bytes of keys
   const std::size_t copies = std::max<std::size_t>(1, kColdBytes / (2 * per_cache));
-  std::vector<std::byte> kv(2 * per_cache * copies);
-  std::vector<float> q(G * d), out(G * d),
-      probs(static_cast<std::size_t>(G) * static_cast<std::size_t>(n)), row(d);
+  std::vector<std::byte, rkv::HugePageAllocator<std::byte>> kv(2 * per_cache * copies);
+  std::vector<float> q(static_cast<std::size_t>(G) * static_cast<std::size_t>(d)),
+      out(static_cast<std::size_t>(G) * static_cast<std::size_t>(d)),
+      probs(static_cast<std::size_t>(G) * static_cast<std::size_t>(n)),
+      row(static_cast<std::size_t>(d));
   std::mt19937 rng(2);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (std::size_t r = 0; r < kv.size() / row_bytes; ++r) {
@@ -193,18 +196,27 @@ int register_benchmarks() {
           ->UseRealTime();
     }
   }
-  for (int n : {1152, 8320}) {
-    for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512}) {
-      for (rkv::KvDtype dtype :
-           {rkv::KvDtype::f32, rkv::KvDtype::bf16, rkv::KvDtype::f16, rkv::KvDtype::q8_0}) {
-        // f32 keeps the names earlier measurements were recorded under.
-        const std::string name =
-            std::string("Attention/n") + std::to_string(n) + "/" +
-            std::string(rkv::kernels::isa_name(isa)) +
-            (dtype == rkv::KvDtype::f32 ? "" : "/" + std::string(rkv::kv_dtype_name(dtype)));
-        benchmark::RegisterBenchmark(name.c_str(), BM_Attention, isa, n, dtype)
-            ->Unit(benchmark::kMicrosecond)
-            ->UseRealTime();
+  struct AttentionShape {
+    const char* prefix;  // the 0.5B shape keeps the names earlier measurements used
+    int G, d;
+    std::vector<int> lengths;
+  };
+  const AttentionShape attention_shapes[] = {{"Attention/", 7, 64, {1152, 8320}},
+                                             {"Attention/d128/", 6, 128, {4096}}};
+  for (const AttentionShape& shape : attention_shapes) {
+    for (int n : shape.lengths) {
+      for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512}) {
+        for (rkv::KvDtype dtype :
+             {rkv::KvDtype::f32, rkv::KvDtype::bf16, rkv::KvDtype::f16, rkv::KvDtype::q8_0}) {
+          // f32 keeps the names earlier measurements were recorded under.
+          const std::string name =
+              std::string(shape.prefix) + "n" + std::to_string(n) + "/" +
+              std::string(rkv::kernels::isa_name(isa)) +
+              (dtype == rkv::KvDtype::f32 ? "" : "/" + std::string(rkv::kv_dtype_name(dtype)));
+          benchmark::RegisterBenchmark(name.c_str(), BM_Attention, isa, n, dtype, shape.G, shape.d)
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        }
       }
     }
   }

@@ -350,7 +350,8 @@ TEST_P(KvAttentionParity, AgainstReferenceAndDoublePrecision) {
 // attention_rows_for: R consecutive query rows of one sequence (row i sees n0 + i keys) give
 // each row what the one-row kernel gives it, bit for bit (AVX-512 shares key transposes and value
 // conversions across the rows; the others run the rows one by one). Strides are not G * d, and
-// n0 and R put rows' ends inside and at the edges of blocks of 16 keys and chunks of 64 values.
+// n0 and R put rows' ends inside and at the edges of blocks of 16 keys (AVX2), of 32 keys and
+// their halves (AVX-512), and of chunks of 64 values; G = 7 takes the output's groups of 6 and 1.
 TEST_P(KvAttentionParity, RowsEqualEachRowAlone) {
   const auto [isa, dtype] = GetParam();
   if (!kernels::isa_supported(isa))
@@ -364,7 +365,7 @@ TEST_P(KvAttentionParity, RowsEqualEachRowAlone) {
   if (dtype != KvDtype::q8_0) dims.push_back(80);
   for (int d : dims)
     for (int G : {1, 7})
-      for (int n0 : {1, 15, 16, 17, 64, 100})
+      for (int n0 : {1, 15, 16, 17, 31, 33, 64, 100})
         for (int R : {1, 2, 16, 20}) {
           SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(G) +
                        " n0=" + std::to_string(n0) + " R=" + std::to_string(R));

@@ -3,13 +3,15 @@
 // One query token's G heads against one KV head's cache (attention.h). Head sizes 64 and 128
 // (nearly every model) take the blocked path below; other sizes take attention_impl.h's loops.
 //
-//  * scores: blocks of 16 keys are transposed (16x16 per 16 dimensions) into kt[d][16], so that
-//    one FMA per dimension advances 16 scores of one head at once, with no horizontal sums. The
-//    block is read from memory once and reused from L1 by every head of the group.
+//  * scores: blocks of 32 keys are transposed (16x16 per 16 dimensions, twice) into kt[d][32], so
+//    that two FMAs per dimension advance 32 scores of one head at once, with no horizontal sums.
+//    The block is read from memory once and reused from L1 by every head of the group. bf16 keys
+//    are transposed as they are stored, a pair of values per dword, and widened after.
 //  * softmax: float32, as everywhere, with vector max and sum.
-//  * output: chunks of kPvChunk values, so that when the heads are taken in groups each group
-//    after the first reads the chunk from L1; a group's accumulators (GB heads x d/16 vectors)
-//    stay in registers over the chunk.
+//  * output: chunks of kPvChunk values, 64 values of each row at a time for up to six heads
+//    (24 accumulators in registers); when there are more heads, each group after the first reads
+//    the chunk from L1. bf16 values are split into even and odd lanes instead of widened in
+//    order, and the sums put back in order at the end.
 //  * cache dtypes: every read of 16 keys or values goes through a Row loader that widens the
 //    stored type to float32 in registers (f32: a load; bf16: zero-extend and shift left 16;
 //    f16: vcvtph2ps; q8_0: sign-extend the int8 and multiply by the block's scale), so the
@@ -42,6 +44,7 @@ struct Row;
 
 template <>
 struct Row<KvDtype::f32> {
+  static constexpr bool kPairs = false;  // bf16 only: rows read as dword pairs (transpose_pairs)
   static constexpr int kPrefetchEvery = 1;
   static const std::byte* at(const std::byte* row, int k) { return row + 4 * k; }
   static __m512 load16(const std::byte* row, int k) {
@@ -51,6 +54,7 @@ struct Row<KvDtype::f32> {
 
 template <>
 struct Row<KvDtype::bf16> {
+  static constexpr bool kPairs = true;
   static constexpr int kPrefetchEvery = 2;
   static const std::byte* at(const std::byte* row, int k) { return row + 2 * k; }
   static __m512 load16(const std::byte* row, int k) {
@@ -61,6 +65,7 @@ struct Row<KvDtype::bf16> {
 
 template <>
 struct Row<KvDtype::f16> {
+  static constexpr bool kPairs = false;
   static constexpr int kPrefetchEvery = 2;
   static const std::byte* at(const std::byte* row, int k) { return row + 2 * k; }
   static __m512 load16(const std::byte* row, int k) {
@@ -70,6 +75,7 @@ struct Row<KvDtype::f16> {
 
 template <>
 struct Row<KvDtype::q8_0> {
+  static constexpr bool kPairs = false;
   static constexpr int kPrefetchEvery = 2;
   static const std::byte* at(const std::byte* row, int k) {
     return row + static_cast<std::size_t>(k / kQ8BlockValues) * kQ8BlockBytes + 2 +
@@ -85,14 +91,34 @@ struct Row<KvDtype::q8_0> {
   }
 };
 
-// The width-specific part of the blocked kernel (see attention_blocked.h).
-struct Lanes16 {
-  static constexpr int kLanes = 16;
+// The width-specific part of the blocked kernel (see attention_blocked.h). A block is 32 keys,
+// two vectors: each step of the scores then broadcasts a query value once for two FMAs, and a
+// group of heads keeps twice as many independent sums (8 heads: 16) as the FMA latency needs.
+struct Keys32 {
+  static constexpr int kLanes = 32;
 
-  // 16 rows of D keys from `block` (row stride row_bytes) as float32, transposed:
-  // kt[k * 16 + i] = block[i][k]; rows from `rows` on are zeros unless Full.
+  // 32 rows of D keys from `block` (row stride row_bytes) as float32, transposed:
+  // kt[k * 32 + i] = block[i][k]; rows from `rows` on are zeros unless Full.
   template <int D, class R, bool Full>
   static void transpose_block(const std::byte* block, std::size_t row_bytes, int rows, float* kt) {
+    for (int h = 0; h < 2; ++h) {
+      const std::byte* half = block + static_cast<std::size_t>(16 * h) * row_bytes;
+      const int left = rows - 16 * h;
+      if (Full || left >= 16) {
+        transpose16<D, R, true>(half, row_bytes, 16, kt + 16 * h);
+      } else {
+        transpose16<D, R, false>(half, row_bytes, left > 0 ? left : 0, kt + 16 * h);
+      }
+    }
+  }
+
+  // 16 of those rows into lanes kt[k * 32 + 0 .. 15] (kt offset by the half).
+  template <int D, class R, bool Full>
+  static void transpose16(const std::byte* block, std::size_t row_bytes, int rows, float* kt) {
+    if constexpr (R::kPairs) {
+      transpose_pairs<D, R, Full>(block, row_bytes, rows, kt);
+      return;
+    }
     for (int c = 0; c < D; c += 16) {
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
@@ -106,7 +132,34 @@ struct Lanes16 {
         }
       }
       transpose16x16(r);
-      for (int i = 0; i < 16; ++i) _mm512_store_si512(kt + (c + i) * 16, r[i]);
+      for (int i = 0; i < 16; ++i) _mm512_store_si512(kt + (c + i) * kLanes, r[i]);
+    }
+  }
+
+  // transpose16 for bf16 rows: 32 values (16 pairs, one dword each) of 16 rows are loaded as
+  // they are stored and transposed as dwords, so that dword lane i of r[p] is pair p of row i;
+  // its low halves widened (shifted left 16) are value c + 2p of the 16 rows and its high halves
+  // (masked) value c + 2p + 1. Half the loads and transposes of widening first; kt is the same.
+  template <int D, class R, bool Full>
+  static void transpose_pairs(const std::byte* block, std::size_t row_bytes, int rows, float* kt) {
+    static_assert(D % 32 == 0);
+    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    for (int c = 0; c < D; c += 32) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) {
+        const std::byte* row = block + static_cast<std::size_t>(i) * row_bytes;
+        if constexpr (Full) {
+          prefetch_ahead(R::at(row, c), kPrefetchRows * row_bytes);
+          r[i] = _mm512_loadu_si512(R::at(row, c));
+        } else {
+          r[i] = i < rows ? _mm512_loadu_si512(R::at(row, c)) : _mm512_setzero_si512();
+        }
+      }
+      transpose16x16(r);
+      for (int p = 0; p < 16; ++p) {
+        _mm512_store_si512(kt + (c + 2 * p) * kLanes, _mm512_slli_epi32(r[p], 16));
+        _mm512_store_si512(kt + (c + 2 * p + 1) * kLanes, _mm512_and_si512(r[p], high));
+      }
     }
   }
 
@@ -114,19 +167,26 @@ struct Lanes16 {
   template <int D, int GB>
   static void scores_block(const float* q, int g0, const float* kt, int n, int j0, int rows,
                            float scale, float* probs) {
-    __m512 acc[GB];
-    for (int g = 0; g < GB; ++g) acc[g] = _mm512_setzero_ps();
+    __m512 acc[GB][2];
+    for (int g = 0; g < GB; ++g) acc[g][0] = acc[g][1] = _mm512_setzero_ps();
     for (int k = 0; k < D; ++k) {
-      const __m512 kv = _mm512_load_ps(kt + k * 16);
-      for (int g = 0; g < GB; ++g)
-        acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[(g0 + g) * D + k]), kv, acc[g]);
+      const __m512 k0 = _mm512_load_ps(kt + k * kLanes);
+      const __m512 k1 = _mm512_load_ps(kt + k * kLanes + 16);
+      for (int g = 0; g < GB; ++g) {
+        const __m512 qk = _mm512_set1_ps(q[(g0 + g) * D + k]);
+        acc[g][0] = _mm512_fmadd_ps(qk, k0, acc[g][0]);
+        acc[g][1] = _mm512_fmadd_ps(qk, k1, acc[g][1]);
+      }
     }
-    const __mmask16 m = tail_mask16(static_cast<std::size_t>(rows));
+    const __mmask16 m0 = tail_mask16(static_cast<std::size_t>(rows));
+    const __mmask16 m1 = tail_mask16(static_cast<std::size_t>(rows > 16 ? rows - 16 : 0));
     const __m512 s = _mm512_set1_ps(scale);
-    for (int g = 0; g < GB; ++g)
-      _mm512_mask_storeu_ps(probs + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(n) +
-                                static_cast<std::size_t>(j0),
-                            m, _mm512_mul_ps(acc[g], s));
+    for (int g = 0; g < GB; ++g) {
+      float* p = probs + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(n) +
+                 static_cast<std::size_t>(j0);
+      _mm512_mask_storeu_ps(p, m0, _mm512_mul_ps(acc[g][0], s));
+      _mm512_mask_storeu_ps(p + 16, m1, _mm512_mul_ps(acc[g][1], s));
+    }
   }
 };
 
@@ -157,57 +217,106 @@ void softmax_rows_avx512(float* probs, int G, int n) {
   }
 }
 
-// out[g] += sum_{j in [j0, j1)} probs[g][j] * values[j], for heads g0 .. g0 + GB; NV = d / 16
-// vectors per row.
-template <class R, int NV, int GB>
-void output_chunk(const float* probs, int n, int g0, const std::byte* values, std::size_t row_bytes,
-                  int j0, int j1, float* out) {
-  constexpr int d = NV * 16;
-  __m512 acc[GB][NV];
+// The output pass reads each value row 64 values (four vectors) at a time: values c .. c + 63 of
+// row j as v[0..3]. In natural order (v[i] holds c + 16i ..), except bf16 rows, read as two
+// loads of 32 and split like transpose_pairs: v[2h] holds the even values c + 32h + 2i, v[2h + 1]
+// the odd ones. Each product p * v is the same either way; only where it lands differs, and
+// unpermute puts it back.
+template <class R>
+inline void load_values64(const std::byte* row, int c, std::size_t pf, __m512 v[4]) {
+  if constexpr (R::kPairs) {
+    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    for (int h = 0; h < 2; ++h) {
+      prefetch_ahead(R::at(row, c + 32 * h), pf);
+      const __m512i a = _mm512_loadu_si512(R::at(row, c + 32 * h));
+      v[2 * h] = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
+      v[2 * h + 1] = _mm512_castsi512_ps(_mm512_and_si512(a, high));
+    }
+  } else {
+    for (int i = 0; i < 4; ++i) {
+      if ((c / 16 + i) % R::kPrefetchEvery == 0) prefetch_ahead(R::at(row, c + 16 * i), pf);
+      v[i] = R::load16(row, c + 16 * i);
+    }
+  }
+}
+
+// out[g][c, c + 64) += sum_{j in [j0, j1)} probs[g][j] * values[j][c, c + 64), for heads
+// g0 .. g0 + GB of d values each (out in load_values64's order for the pass), j in order.
+template <class R, int GB>
+void output_pass(const float* probs, int n, int g0, int d, const std::byte* values,
+                 std::size_t row_bytes, int j0, int j1, int c, float* out) {
+  __m512 acc[GB][4];
   const float* p[GB];
   for (int g = 0; g < GB; ++g) {
-    for (int c = 0; c < NV; ++c) acc[g][c] = _mm512_loadu_ps(out + (g0 + g) * d + c * 16);
+    float* o = out + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(d) + c;
+    for (int i = 0; i < 4; ++i) acc[g][i] = _mm512_loadu_ps(o + 16 * i);
     p[g] = probs + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(n);
   }
+  const std::size_t pf = kPrefetchRows * row_bytes;
   for (int j = j0; j < j1; ++j) {
-    const std::byte* vj = values + static_cast<std::size_t>(j) * row_bytes;
-    __m512 v[NV];
-    for (int c = 0; c < NV; ++c) {
-      if (c % R::kPrefetchEvery == 0) prefetch_ahead(R::at(vj, c * 16), kPrefetchRows * row_bytes);
-      v[c] = R::load16(vj, c * 16);
-    }
+    __m512 v[4];
+    load_values64<R>(values + static_cast<std::size_t>(j) * row_bytes, c, pf, v);
     for (int g = 0; g < GB; ++g) {
       const __m512 pj = _mm512_set1_ps(p[g][j]);
-      for (int c = 0; c < NV; ++c) acc[g][c] = _mm512_fmadd_ps(pj, v[c], acc[g][c]);
+      for (int i = 0; i < 4; ++i) acc[g][i] = _mm512_fmadd_ps(pj, v[i], acc[g][i]);
     }
   }
-  for (int g = 0; g < GB; ++g)
-    for (int c = 0; c < NV; ++c) _mm512_storeu_ps(out + (g0 + g) * d + c * 16, acc[g][c]);
+  for (int g = 0; g < GB; ++g) {
+    float* o = out + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(d) + c;
+    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(o + 16 * i, acc[g][i]);
+  }
 }
 
-// output_chunk for gb <= GB heads.
-template <class R, int NV, int GB>
-void output_group(int gb, const float* probs, int n, int g0, const std::byte* values,
-                  std::size_t row_bytes, int j0, int j1, float* out) {
+// Heads per output pass: GB x 4 accumulators and the 4 value vectors fit the 32 registers.
+constexpr int kOutputHeads = 6;
+
+// output_pass for gb <= GB heads.
+template <class R, int GB>
+void output_heads(int gb, const float* probs, int n, int g0, int d, const std::byte* values,
+                  std::size_t row_bytes, int j0, int j1, int c, float* out) {
   if constexpr (GB > 1) {
     if (gb < GB)
-      return output_group<R, NV, GB - 1>(gb, probs, n, g0, values, row_bytes, j0, j1, out);
+      return output_heads<R, GB - 1>(gb, probs, n, g0, d, values, row_bytes, j0, j1, c, out);
   }
-  output_chunk<R, NV, GB>(probs, n, g0, values, row_bytes, j0, j1, out);
+  output_pass<R, GB>(probs, n, g0, d, values, row_bytes, j0, j1, c, out);
 }
 
-// Heads in groups of GB: GB * NV accumulators and NV value vectors fit the 32 vector registers.
-template <class R, int NV>
+// out[g] += sum_{j < len} probs[g][j] * values[j] for the G heads: chunks of values in order, each
+// 64 values of a chunk's rows read from memory by the first group of heads and from L1 by the
+// rest. out is in load_values64's order.
+template <class R, int D>
+void output_rows(const float* probs, int n, int G, const std::byte* values, std::size_t row_bytes,
+                 int j0, int j1, float* out) {
+  for (int c = 0; c < D; c += 64)
+    for (int g0 = 0; g0 < G; g0 += kOutputHeads)
+      output_heads<R, kOutputHeads>(G - g0 < kOutputHeads ? G - g0 : kOutputHeads, probs, n, g0, D,
+                                    values, row_bytes, j0, j1, c, out);
+}
+
+// load_values64's bf16 order back to natural order, in place, for G rows of D values.
+template <int D>
+void unpermute(float* out, int G) {
+  alignas(64) static constexpr std::int32_t kLow[16] = {0, 16, 1, 17, 2, 18, 3, 19,
+                                                        4, 20, 5, 21, 6, 22, 7, 23};
+  alignas(64) static constexpr std::int32_t kHigh[16] = {8,  24, 9,  25, 10, 26, 11, 27,
+                                                         12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i lo = _mm512_load_si512(kLow), hi = _mm512_load_si512(kHigh);
+  for (int k = 0; k < G * D; k += 32) {
+    const __m512 even = _mm512_loadu_ps(out + k), odd = _mm512_loadu_ps(out + k + 16);
+    _mm512_storeu_ps(out + k, _mm512_permutex2var_ps(even, lo, odd));
+    _mm512_storeu_ps(out + k + 16, _mm512_permutex2var_ps(even, hi, odd));
+  }
+}
+
+// out[g] = sum_j probs[g][j] * values[j] over n values of head size D.
+template <class R, int D>
 void output(const float* probs, int G, int n, const std::byte* values, std::size_t row_bytes,
             float* out) {
-  constexpr int GB = 16 / NV;
-  for (int k = 0; k < G * NV * 16; ++k) out[k] = 0.0f;
-  for (int j0 = 0; j0 < n; j0 += kPvChunk) {
-    const int j1 = n - j0 < kPvChunk ? n : j0 + kPvChunk;
-    for (int g0 = 0; g0 < G; g0 += GB)
-      output_group<R, NV, GB>(G - g0 < GB ? G - g0 : GB, probs, n, g0, values, row_bytes, j0, j1,
-                              out);
-  }
+  for (int k = 0; k < G * D; ++k) out[k] = 0.0f;
+  for (int j0 = 0; j0 < n; j0 += kPvChunk)
+    output_rows<R, D>(probs, n, G, values, row_bytes, j0, n - j0 < kPvChunk ? n : j0 + kPvChunk,
+                      out);
+  if constexpr (R::kPairs) unpermute<D>(out, G);
 }
 
 // Cache rows of dtype T to float32, 16 values at a time (d a multiple of 16; else the portable
@@ -255,15 +364,15 @@ void attention_typed(const float* q, int G, int d, const void* keys_v, const voi
   }
   const std::size_t row_bytes = kv_row_bytes(T, d);
   if (d == 64) {
-    scores<Lanes16, Row<T>, 64>(q, G, keys, row_bytes, n, scale, probs);
+    scores<Keys32, Row<T>, 64>(q, G, keys, row_bytes, n, scale, probs);
   } else {
-    scores<Lanes16, Row<T>, 128>(q, G, keys, row_bytes, n, scale, probs);
+    scores<Keys32, Row<T>, 128>(q, G, keys, row_bytes, n, scale, probs);
   }
   softmax_rows_avx512(probs, G, n);
   if (d == 64) {
-    output<Row<T>, 4>(probs, G, n, values, row_bytes, out);
+    output<Row<T>, 64>(probs, G, n, values, row_bytes, out);
   } else {
-    output<Row<T>, 8>(probs, G, n, values, row_bytes, out);
+    output<Row<T>, 128>(probs, G, n, values, row_bytes, out);
   }
 }
 
@@ -282,7 +391,7 @@ template <KvDtype T, int D>
 void attention_rows_blocked(const float* q, std::size_t q_stride, int R, int G,
                             const std::byte* keys, const std::byte* values, int n0, float scale,
                             float* out, std::size_t out_stride, float* probs) {
-  constexpr int L = Lanes16::kLanes, NV = D / 16, GB = 16 / NV;
+  constexpr int L = Keys32::kLanes;
   const std::size_t row_bytes = kv_row_bytes(T, D);
   const int n_last = n0 + R - 1;
   const std::size_t pstride = static_cast<std::size_t>(G) * static_cast<std::size_t>(n_last);
@@ -291,18 +400,18 @@ void attention_rows_blocked(const float* q, std::size_t q_stride, int R, int G,
     const int rows = n_last - j0 < L ? n_last - j0 : L;
     const std::byte* block = keys + static_cast<std::size_t>(j0) * row_bytes;
     if (rows == L) {
-      Lanes16::transpose_block<D, Row<T>, true>(block, row_bytes, rows, kt);
+      Keys32::transpose_block<D, Row<T>, true>(block, row_bytes, rows, kt);
     } else {
-      Lanes16::transpose_block<D, Row<T>, false>(block, row_bytes, rows, kt);
+      Keys32::transpose_block<D, Row<T>, false>(block, row_bytes, rows, kt);
     }
     for (int i = 0; i < R; ++i) {
       const int n = n0 + i;
       if (n <= j0) continue;
       const int ri = n - j0 < L ? n - j0 : L;
       for (int g0 = 0; g0 < G; g0 += kGroup)
-        scores_group<Lanes16, D, kGroup>(G - g0 < kGroup ? G - g0 : kGroup,
-                                         q + static_cast<std::size_t>(i) * q_stride, g0, kt, n, j0,
-                                         ri, scale, probs + static_cast<std::size_t>(i) * pstride);
+        scores_group<Keys32, D, kGroup>(G - g0 < kGroup ? G - g0 : kGroup,
+                                        q + static_cast<std::size_t>(i) * q_stride, g0, kt, n, j0,
+                                        ri, scale, probs + static_cast<std::size_t>(i) * pstride);
     }
   }
   for (int i = 0; i < R; ++i) {
@@ -326,9 +435,7 @@ void attention_rows_blocked(const float* q, std::size_t q_stride, int R, int G,
       const float* p = probs + static_cast<std::size_t>(i) * pstride + j0;
       float* o = out + static_cast<std::size_t>(i) * out_stride;
       const int len = (n < j1 ? n : j1) - j0;
-      for (int g0 = 0; g0 < G; g0 += GB)
-        output_group<ScratchRow, NV, GB>(G - g0 < GB ? G - g0 : GB, p, n, g0, vrows, vf_row_bytes,
-                                         0, len, o);
+      output_rows<ScratchRow, D>(p, n, G, vrows, vf_row_bytes, 0, len, o);
     }
   }
 }

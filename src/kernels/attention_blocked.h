@@ -3,7 +3,7 @@
 // Include only from those files; everything is internal to each of them.
 //
 // Kernel (one per instruction set) provides
-//   static constexpr int kLanes;                       keys per block = floats per vector
+//   static constexpr int kLanes;                       keys per block (of whole vectors)
 //   template <int D, class Row, bool Full> static void transpose_block(const std::byte* block,
 //                                                  std::size_t row_bytes, int rows, float* kt);
 //     kLanes rows of D keys of the cache dtype read by Row (row stride row_bytes), as float32 and

@@ -28,6 +28,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "rkv/kv_dtype.h"
 
 namespace rkv {
@@ -168,10 +169,12 @@ class KvCache {
   std::size_t used_kv_bytes() const;
 
  private:
+  // The rows: long arrays that every decode step streams, on huge pages where offered.
+  using RowStore = std::vector<std::byte, HugePageAllocator<std::byte>>;
   std::size_t offset(int layer, int head) const {
     return (static_cast<std::size_t>(layer) * shape_.kv_heads + head) * shape_.capacity;
   }
-  KvRows rows(const std::vector<std::byte>& store, int layer, int head) const {
+  KvRows rows(const RowStore& store, int layer, int head) const {
     if (store.empty()) return {nullptr, shape_.dtype, shape_.head_dim, row_bytes_, length(layer)};
     return {store.data() + offset(layer, head) * row_bytes_, shape_.dtype, shape_.head_dim,
             row_bytes_, length(layer)};
@@ -185,8 +188,8 @@ class KvCache {
 
   KvCacheShape shape_;
   std::size_t row_bytes_ = 0;            // bytes of one key (or value) row
-  std::vector<std::byte> keys_;          // [layers][kv_heads][capacity] rows
-  std::vector<std::byte> values_;        // [layers][kv_heads][capacity] rows
+  RowStore keys_;                        // [layers][kv_heads][capacity] rows
+  RowStore values_;                      // [layers][kv_heads][capacity] rows
   std::vector<std::int32_t> positions_;  // [layers][kv_heads][capacity]
   std::vector<float> state_;             // [layers][kv_heads][capacity]
   std::vector<int> lengths_;             // [layers]
