@@ -1,12 +1,16 @@
 #include "core/huge_pages.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 namespace rkv {
 
 namespace {
+// Whole pages: a mapping rounded up to 2 MiB would let the kernel fault a huge page of memory
+// for the last few rows.
 std::size_t mapped_bytes(std::size_t bytes) {
-  return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  return (bytes + page - 1) / page * page;
 }
 }  // namespace
 

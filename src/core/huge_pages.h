@@ -1,11 +1,13 @@
 // An allocator for large, long-lived buffers that the kernels stream through (the KV cache's
 // rows): from kHugePageBytes on, memory is mapped anonymously and marked MADV_HUGEPAGE before
 // anything touches it, so that where the kernel's transparent huge pages are enabled ("always"
-// or "madvise" in /sys/kernel/mm/transparent_hugepage/enabled) it is faulted in as 2 MiB pages.
-// With 4 KiB pages, a decode step's walk over a long cache missed the TLB every 4 KiB (16 bf16
-// rows of 128 values) and read it at about a third of the speed of the weights, which are
-// loaded the same way (mapped_file.cpp). Smaller buffers come from operator new. Where huge
-// pages are off, the memory is ordinary pages: nothing but speed depends on it.
+// or "madvise" in /sys/kernel/mm/transparent_hugepage/enabled) its 2 MiB-aligned stretches are
+// faulted in as 2 MiB pages, as the weights are (mapped_file.cpp). With 4 KiB pages every 16 bf16
+// rows of 128 values take a TLB entry of their own; in rkv_bench's attention over a 4096-entry
+// cache, huge pages took 0.94 of the time (docs/PERFORMANCE.md). The mapping is the buffer's size
+// rounded up to whole pages, so no more memory is touched than with operator new. Smaller buffers
+// come from operator new. Where huge pages are off, the memory is ordinary pages: nothing but
+// speed depends on it.
 #pragma once
 
 #include <cstddef>
