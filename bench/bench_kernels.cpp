@@ -6,10 +6,12 @@
 // so every benchmark cycles through enough copies of its matrix (>= 256 MiB in all) that each
 // call reads its weights from memory, as decode does. T=512 (prefill) reports GFLOP/s.
 //
-// Attention: one query token's 7 heads against one KV head's cache of n entries (float32), the
-// caches cycled like the weights so that each call reads its keys and values from memory, as
+// Attention: one query token's 7 heads against one KV head's cache of n entries (each cache dtype),
+// the caches cycled like the weights so that each call reads its keys and values from memory, as
 // decode does; reports GB/s of cache read. Attention/d128/...: the same with 6 heads of size 128
-// (the R1-Distill-Qwen-1.5B shape: 12 q heads, 2 kv heads).
+// (the R1-Distill-Qwen-1.5B shape: 12 q heads, 2 kv heads). The caches are on huge pages where
+// Linux offers them (core/huge_pages.h, as the engine's KV cache); figures recorded before
+// 2026-11-28 06:30 UTC had 4 KiB pages.
 //
 // Limits: the machine's streaming-read bandwidth and compute peak per instruction set and thread
 // count (kernels/limits.h), the ceilings the matmul figures are read against.

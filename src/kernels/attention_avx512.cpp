@@ -12,10 +12,11 @@
 //    (24 accumulators in registers); when there are more heads, each group after the first reads
 //    the chunk from L1. bf16 values are split into even and odd lanes instead of widened in
 //    order, and the sums put back in order at the end.
-//  * cache dtypes: every read of 16 keys or values goes through a Row loader that widens the
-//    stored type to float32 in registers (f32: a load; bf16: zero-extend and shift left 16;
-//    f16: vcvtph2ps; q8_0: sign-extend the int8 and multiply by the block's scale), so the
-//    kernel streams the cache at its stored size and computes exactly as on float32.
+//  * cache dtypes: reads go through a Row loader that widens the stored type to float32 in
+//    registers (f32: a load; bf16: zero-extend and shift left 16, or 32 values at a time split
+//    into the two values of each pair, split_bf16_pairs; f16: vcvtph2ps; q8_0: sign-extend the
+//    int8 and multiply by the block's scale), so the kernel streams the cache at its stored size
+//    and computes exactly as on float32.
 
 // GCC 12's _mm*_undefined_*() (used inside many intrinsics) trip -Wuninitialized after inlining.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -36,6 +37,13 @@
 
 namespace rkv::kernels {
 namespace {
+
+// 32 bf16 values as loaded (16 dwords, a pair each) split into float32: the first value of each
+// pair (the low half, shifted up) in `even`, the second (the high half, masked) in `odd`.
+inline void split_bf16_pairs(__m512i a, __m512i& even, __m512i& odd) {
+  even = _mm512_slli_epi32(a, 16);
+  odd = _mm512_and_si512(a, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+}
 
 // Row loaders: 16 values k .. k + 15 (k a multiple of 16) of one cache row as float32, and the
 // address of value k (for prefetches, every kPrefetchEvery loads of 16).
@@ -143,7 +151,6 @@ struct Keys32 {
   template <int D, class R, bool Full>
   static void transpose_pairs(const std::byte* block, std::size_t row_bytes, int rows, float* kt) {
     static_assert(D % 32 == 0);
-    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     for (int c = 0; c < D; c += 32) {
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
@@ -157,8 +164,10 @@ struct Keys32 {
       }
       transpose16x16(r);
       for (int p = 0; p < 16; ++p) {
-        _mm512_store_si512(kt + (c + 2 * p) * kLanes, _mm512_slli_epi32(r[p], 16));
-        _mm512_store_si512(kt + (c + 2 * p + 1) * kLanes, _mm512_and_si512(r[p], high));
+        __m512i even, odd;
+        split_bf16_pairs(r[p], even, odd);
+        _mm512_store_si512(kt + (c + 2 * p) * kLanes, even);
+        _mm512_store_si512(kt + (c + 2 * p + 1) * kLanes, odd);
       }
     }
   }
@@ -225,12 +234,12 @@ void softmax_rows_avx512(float* probs, int G, int n) {
 template <class R>
 inline void load_values64(const std::byte* row, int c, std::size_t pf, __m512 v[4]) {
   if constexpr (R::kPairs) {
-    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     for (int h = 0; h < 2; ++h) {
       prefetch_ahead(R::at(row, c + 32 * h), pf);
-      const __m512i a = _mm512_loadu_si512(R::at(row, c + 32 * h));
-      v[2 * h] = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
-      v[2 * h + 1] = _mm512_castsi512_ps(_mm512_and_si512(a, high));
+      __m512i even, odd;
+      split_bf16_pairs(_mm512_loadu_si512(R::at(row, c + 32 * h)), even, odd);
+      v[2 * h] = _mm512_castsi512_ps(even);
+      v[2 * h + 1] = _mm512_castsi512_ps(odd);
     }
   } else {
     for (int i = 0; i < 4; ++i) {
