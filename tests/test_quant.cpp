@@ -14,6 +14,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -608,6 +609,42 @@ TEST(QuantizedMatmulDispatch, ThreadedMatmulEqualsTheRowKernel) {
     fn(x.data(), T, view, 0, N, b.data(), N);
     EXPECT_EQ(a, b);
   }
+}
+
+// matmul_many over quantized products of one K gives each product bit for bit what matmul gives
+// it alone, whether the list shares one quantization of x (Q4_K with Q6_K: both on Q8_K
+// super-blocks; Q8_0 with Q8_0) or not (Q4_K with Q8_0: each product alone), for decode's T = 1
+// and a few rows (on an AMX machine T = 33 runs on the tiles, each product alone).
+TEST(QuantizedMatmulDispatch, ManyEqualsEachAlone) {
+  std::mt19937 rng(5);
+  ThreadPool one(1), two(2);
+  const std::size_t K = 512;
+  const std::vector<std::vector<std::pair<DType, std::size_t>>> lists = {
+      {{DType::Q4_K, 300}, {DType::Q6_K, 48}, {DType::Q4_K, 48}},
+      {{DType::Q8_0, 130}, {DType::Q8_0, 17}},
+      {{DType::Q4_K, 64}, {DType::Q8_0, 80}},
+  };
+  for (const auto& list : lists)
+    for (const std::size_t T : {1u, 3u, 33u}) {
+      std::vector<std::vector<std::uint8_t>> ws;
+      std::vector<std::vector<float>> want, got;
+      std::vector<kernels::MatmulProduct> products;
+      for (const auto& [t, N] : list) {
+        ws.push_back(random_rows(t, N, K, rng));
+        want.emplace_back(T * N, 0.0f);
+        got.emplace_back(T * N, std::numeric_limits<float>::quiet_NaN());
+      }
+      const auto x = random_x(T * K, rng);
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        const WeightView view{ws[i].data(), list[i].first, list[i].second, K};
+        kernels::matmul(x.data(), T, view, want[i].data(), one);
+        products.push_back({view, got[i].data()});
+      }
+      kernels::matmul_many(x.data(), T, products, two);
+      for (std::size_t i = 0; i < list.size(); ++i)
+        EXPECT_EQ(want[i], got[i]) << "product " << i << " (" << dtype_name(list[i].first)
+                                   << ") of list " << (&list - lists.data()) << ", T=" << T;
+    }
 }
 
 // ---- MXFP4 in llama.cpp's arithmetic ------------------------------------------------------------

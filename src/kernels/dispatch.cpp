@@ -354,6 +354,108 @@ void bf16_tasks(std::span<const MatmulProduct> products, std::size_t T, std::siz
   }
 }
 
+// x's T rows quantized for w's kernels (8-bit blocks of 32, or Q8_K super-blocks for the
+// k-quants off the tiles), in the calling thread's buffers: valid until its next call. Rows are
+// quantized independently: prefill shares them out (a fifth of a Q4_K GEMM's time on one thread
+// when the tiles run it).
+quant::ActivationBlocks quantize_for(const float* x, std::size_t T, const WeightView& w,
+                                     bool on_tiles, ThreadPool& pool) {
+  static const QuantizeActivationsFn quantize_fn = quantize_activations_for(active_isa());
+  static const QuantizeActivationsKFn quantize_k_fn = quantize_activations_k_for(active_isa());
+  const bool superblocks = quant::uses_superblock_activations(w.dtype) && !on_tiles;
+  const std::size_t K = w.cols, nb = K / 32;
+  // Per row: the scales and sums of blocks of 32, or of super-blocks (K / 256 scales, K / 16
+  // sums).
+  const std::size_t nd = superblocks ? K / 256 : nb, ns = superblocks ? K / 16 : nb;
+  // Grow-only, written whole by the quantizer.
+  thread_local Scratch q, d, sum, bsum, fsum;
+  std::int8_t* const qp = scratch_array<std::int8_t>(q, T * K);
+  float* const dp = scratch_array<float>(d, T * nd);
+  std::int32_t* const sp = superblocks ? nullptr : scratch_array<std::int32_t>(sum, T * ns);
+  std::int16_t* const bp = superblocks ? scratch_array<std::int16_t>(bsum, T * ns) : nullptr;
+  float* const fp = superblocks ? scratch_array<float>(fsum, T * ns) : nullptr;
+  auto quantize = [&](std::size_t t0, std::size_t t1) {
+    if (superblocks)
+      quantize_k_fn(x + t0 * K, t1 - t0, K, qp + t0 * K, dp + t0 * nd, bp + t0 * ns, fp + t0 * ns);
+    else
+      quantize_fn(x + t0 * K, t1 - t0, K, qp + t0 * K, dp + t0 * nb, sp + t0 * nb);
+  };
+  if (T >= 16)
+    pool.parallel_ranges(T, 1, quantize);
+  else
+    quantize(0, T);
+  return superblocks ? quant::ActivationBlocks{nullptr, nullptr, nullptr, qp, dp, bp, fp}
+                     : quant::ActivationBlocks{qp, dp, sp};
+}
+
+// Rows of one product for one task of a GEMV region.
+struct RowChunk {
+  const MatmulProduct* p;
+  std::size_t n0, n1;
+};
+
+// The products' rows, in that order, as the tasks of one parallel region of decode's GEMVs, in
+// rounds of one chunk a thread that each take half of what is left (at least 2 units of 16 rows
+// a chunk; chunks end at the products' ends): big chunks first, small ones last, so that the
+// thread that finishes first waits for little of the other's last chunk (about 1/32 of the region
+// with two threads, where equal chunks of 1/8 left it half of one: 3% of Q4_K_M decode's time).
+void guided_chunks(std::span<const MatmulProduct> products, std::size_t threads,
+                   std::vector<RowChunk>& chunks) {
+  constexpr std::size_t kUnit = 16, kMinUnits = 2;
+  chunks.clear();
+  std::size_t remaining = 0;
+  for (const MatmulProduct& p : products) remaining += (p.w.rows + kUnit - 1) / kUnit;
+  std::size_t pi = 0, u = 0;  // the next unit: product pi's unit u
+  while (remaining > 0) {
+    const std::size_t size = std::max(kMinUnits, (remaining + 2 * threads - 1) / (2 * threads));
+    for (std::size_t t = 0; t < threads && remaining > 0; ++t) {
+      std::size_t take = std::min(size, remaining);
+      remaining -= take;
+      while (take > 0) {
+        const MatmulProduct& p = products[pi];
+        const std::size_t units = (p.w.rows + kUnit - 1) / kUnit;
+        const std::size_t here = std::min(take, units - u);
+        if (here > 0) chunks.push_back({&p, u * kUnit, std::min(p.w.rows, (u + here) * kUnit)});
+        u += here;
+        take -= here;
+        if (u == units) {
+          ++pi;
+          u = 0;
+        }
+      }
+    }
+  }
+}
+
+// Runs the GEMVs (or small GEMMs) of quantized products on activations quantized once.
+void quantized_region(const quant::ActivationBlocks& xq, std::size_t T,
+                      std::span<const MatmulProduct> products, ThreadPool& pool) {
+  static const QuantizedRowsFn qrows_fn = quantized_rows_for(active_isa());
+  thread_local std::vector<RowChunk> chunks;  // the calling thread's list, for every thread
+  guided_chunks(products, static_cast<std::size_t>(pool.size()), chunks);
+  const RowChunk* const list = chunks.data();
+  pool.parallel_for(chunks.size(), [&](std::size_t i) {
+    const RowChunk& c = list[i];
+    qrows_fn(xq, T, c.p->w, c.n0, c.n1, c.p->y, c.p->w.rows);
+  });
+}
+
+// Quantized products that can share one quantization of their input and one parallel region:
+// off the tiles (whose kernels lay the activations out per call), all of one K and one kind of
+// activation blocks. Decode's q/k/v and gate/up then cost one region each instead of three or
+// two, and the small k and v products' chunks fill the gaps of q's.
+bool share_quantized(std::span<const MatmulProduct> products, std::size_t T) {
+  if (products.size() < 2) return false;
+  const WeightView& w0 = products[0].w;
+  for (const MatmulProduct& p : products)
+    if (!dtype_is_quantized(p.w.dtype) || p.w.cols != w0.cols ||
+        quant::uses_superblock_activations(p.w.dtype) !=
+            quant::uses_superblock_activations(w0.dtype) ||
+        (amx_int8_enabled() && quantized_on_tiles(p.w, T)))
+      return false;
+  return true;
+}
+
 // Whether this CPU has the bf16 kernels matmul_many shares its products out to.
 bool have_bf16_kernels() {
   static const bool have =
@@ -369,6 +471,10 @@ void matmul_many(const float* x, std::size_t T, std::span<const MatmulProduct> p
   for (const MatmulProduct& p : products)
     shared = shared && p.w.dtype == DType::BF16 && p.w.cols == products[0].w.cols &&
              p.w.precision == products[0].w.precision;
+  if (!shared && share_quantized(products, T)) {
+    quantized_region(quantize_for(x, T, products[0].w, false, pool), T, products, pool);
+    return;
+  }
   if (!shared) {
     for (const MatmulProduct& p : products) matmul(x, T, p.w, p.y, pool);
     return;
@@ -423,44 +529,17 @@ void matmul(const float* x, std::size_t T, const WeightView& w, float* y, Thread
     x = r;
   }
   if (dtype_is_quantized(w.dtype)) {
-    // The activations are quantized once, here, for every thread's rows.
-    static const QuantizedRowsFn qrows_fn = quantized_rows_for(active_isa());
-    static const QuantizeActivationsFn quantize_fn = quantize_activations_for(active_isa());
-    static const QuantizeActivationsKFn quantize_k_fn = quantize_activations_k_for(active_isa());
     const bool on_tiles = amx_int8_enabled() && quantized_on_tiles(w, T);
-    const bool superblocks = quant::uses_superblock_activations(w.dtype) && !on_tiles;
-    const std::size_t K = w.cols, nb = K / 32;
-    // Per row: the scales and sums of blocks of 32, or of super-blocks (K / 256 scales, K / 16
-    // sums).
-    const std::size_t nd = superblocks ? K / 256 : nb, ns = superblocks ? K / 16 : nb;
-    // The calling thread's buffers, for every thread (grow-only, written whole by the quantizer).
-    // Rows are quantized independently: prefill shares them out (a fifth of a Q4_K GEMM's time
-    // on one thread when the tiles run it).
-    thread_local Scratch q, d, sum, bsum, fsum;
-    std::int8_t* const qp = scratch_array<std::int8_t>(q, T * K);
-    float* const dp = scratch_array<float>(d, T * nd);
-    std::int32_t* const sp = superblocks ? nullptr : scratch_array<std::int32_t>(sum, T * ns);
-    std::int16_t* const bp = superblocks ? scratch_array<std::int16_t>(bsum, T * ns) : nullptr;
-    float* const fp = superblocks ? scratch_array<float>(fsum, T * ns) : nullptr;
-    auto quantize = [&](std::size_t t0, std::size_t t1) {
-      if (superblocks)
-        quantize_k_fn(x + t0 * K, t1 - t0, K, qp + t0 * K, dp + t0 * nd, bp + t0 * ns,
-                      fp + t0 * ns);
-      else
-        quantize_fn(x + t0 * K, t1 - t0, K, qp + t0 * K, dp + t0 * nb, sp + t0 * nb);
-    };
-    if (T >= 16)
-      pool.parallel_ranges(T, 1, quantize);
-    else
-      quantize(0, T);
-    const quant::ActivationBlocks xq =
-        superblocks ? quant::ActivationBlocks{nullptr, nullptr, nullptr, qp, dp, bp, fp}
-                    : quant::ActivationBlocks{qp, dp, sp};
-    // The tiles lay the activations out once per call: one range per thread there (their work is
-    // even); elsewhere four, which balance uneven threads.
-    const int chunks = on_tiles ? 1 : 4;
-    pool.parallel_ranges(
-        N, 16, [&](std::size_t n0, std::size_t n1) { qrows_fn(xq, T, w, n0, n1, y, N); }, chunks);
+    const quant::ActivationBlocks xq = quantize_for(x, T, w, on_tiles, pool);
+    if (!on_tiles) {
+      const MatmulProduct one{w, y};
+      quantized_region(xq, T, {&one, 1}, pool);
+      return;
+    }
+    // The tiles lay the activations out once per call: one range per thread (their work is even).
+    static const QuantizedRowsFn qrows_fn = quantized_rows_for(active_isa());
+    pool.parallel_ranges(N, 16,
+                         [&](std::size_t n0, std::size_t n1) { qrows_fn(xq, T, w, n0, n1, y, N); });
     return;
   }
   // Split the output rows: every thread streams its own slice of the weights once.
