@@ -523,6 +523,43 @@ TEST(VecExp, WithinTwoUlpOverTheRange) {
   EXPECT_LE(worst, 0x1p-22) << kernels::isa_name(kernels::active_isa());
 }
 
+#if defined(__x86_64__)
+}  // namespace
+namespace kernels {  // the AVX-512 vec_exp (attention_dispatch.cpp picks it on AVX-512)
+void vec_exp_avx512(float* x, int n);
+}  // namespace kernels
+namespace {
+#endif
+
+// The AVX-512 exp (written out in intrinsics, as the softmax's fused pass needs it) is
+// exp_inplace's formula with its multiply-adds fused, as GCC compiles that loop with FMA: the
+// same bits as the formula in scalar std::fma, over the range, past the clamps, and on a tail of
+// fewer than 16 lanes.
+TEST(VecExp, Avx512IsTheFusedFormula) {
+#if defined(__x86_64__)
+  if (!kernels::isa_supported(Isa::Avx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::vector<float> x;
+  for (float v = -100.0f; v <= 100.0f; v += 0.0009765625f) x.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, -87.3f, 88.3f, -1e30f, 1e30f}) x.push_back(v);
+  x.resize(x.size() / 16 * 16 + 7, 0.25f);  // a tail of 7
+  std::vector<float> got = x;
+  kernels::vec_exp_avx512(got.data(), static_cast<int>(got.size()));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float v = std::min(std::max(x[i], -87.3f), 88.3f);
+    const float r = std::nearbyint(v * 1.44269504088896341f);
+    const float f = std::fma(-r, 1.428606765330187045e-06f, std::fma(-r, 0.693145751953125f, v));
+    float p = std::fma(1.0f / 5040.0f, f, 1.0f / 720.0f);
+    for (const float c : {1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f})
+      p = std::fma(p, f, c);
+    const float want = p * std::ldexp(1.0f, static_cast<int>(r));
+    ASSERT_EQ(std::memcmp(&want, &got[i], sizeof(float)), 0)
+        << "exp(" << x[i] << "): " << got[i] << ", the fused formula " << want;
+  }
+#else
+  GTEST_SKIP() << "x86-64 only";
+#endif
+}
+
 // silu_mul against g / (1 + exp(-g)) * u in double: within 1e-6 relative where exp(-g) is in
 // range, and (the clamp) at most 1e-36 |u| below it.
 TEST(SiluMul, AgainstTheFormulaInDouble) {

@@ -199,8 +199,111 @@ struct Keys32 {
   }
 };
 
+// Decode's scores (one query row) for GB <= kDirectHeads heads, without the transposed block in
+// memory: 16 keys at a time are loaded and transposed in registers (as Keys32::transpose16 does)
+// and each dimension's vector goes straight into the GB sums, where the blocked kernel stores
+// the transposed block and reads it back. Each score is the same FMAs in the same order
+// (dimension 0 to D - 1) as Keys32::scores_block, so the same bits.
+constexpr int kDirectHeads = 8;  // 8 sums, the 16 rows and 3 temporaries fit the 32 registers
+
+template <int D, class R, int GB, bool Full>
+void scores16_direct(const float* q, const std::byte* block, std::size_t row_bytes, int rows,
+                     float scale, float* p, std::size_t n) {
+  __m512 acc[GB];
+  for (int g = 0; g < GB; ++g) acc[g] = _mm512_setzero_ps();
+  constexpr int kStep = R::kPairs ? 32 : 16;
+  for (int c = 0; c < D; c += kStep) {
+    __m512i r[16];
+    for (int i = 0; i < 16; ++i) {
+      const std::byte* row = block + static_cast<std::size_t>(i) * row_bytes;
+      if constexpr (Full) {
+        if (R::kPairs || (c / 16) % R::kPrefetchEvery == 0)
+          prefetch_ahead(R::at(row, c), kPrefetchRows * row_bytes);
+      } else if (i >= rows) {
+        r[i] = _mm512_setzero_si512();
+        continue;
+      }
+      if constexpr (R::kPairs) {
+        r[i] = _mm512_loadu_si512(R::at(row, c));
+      } else {
+        r[i] = _mm512_castps_si512(R::load16(row, c));
+      }
+    }
+    transpose16x16(r);
+    if constexpr (R::kPairs) {
+      for (int i = 0; i < 16; ++i) {
+        __m512i even, odd;
+        split_bf16_pairs(r[i], even, odd);
+        for (int g = 0; g < GB; ++g)
+          acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * D + c + 2 * i]), _mm512_castsi512_ps(even),
+                                   acc[g]);
+        for (int g = 0; g < GB; ++g)
+          acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * D + c + 2 * i + 1]),
+                                   _mm512_castsi512_ps(odd), acc[g]);
+      }
+    } else {
+      for (int i = 0; i < 16; ++i)
+        for (int g = 0; g < GB; ++g)
+          acc[g] =
+              _mm512_fmadd_ps(_mm512_set1_ps(q[g * D + c + i]), _mm512_castsi512_ps(r[i]), acc[g]);
+    }
+  }
+  const __mmask16 m = tail_mask16(static_cast<std::size_t>(rows));
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int g = 0; g < GB; ++g) _mm512_mask_storeu_ps(p + g * n, m, _mm512_mul_ps(acc[g], s));
+}
+
+// probs[g][j] = scale * q[g] . keys[j] for g < GB, j < n, 16 keys at a time.
+template <int D, class R, int GB>
+void scores_direct(const float* q, const std::byte* keys, std::size_t row_bytes, int n, float scale,
+                   float* probs) {
+  const auto stride = static_cast<std::size_t>(n);
+  int j0 = 0;
+  for (; j0 + 16 <= n; j0 += 16)
+    scores16_direct<D, R, GB, true>(q, keys + static_cast<std::size_t>(j0) * row_bytes, row_bytes,
+                                    16, scale, probs + j0, stride);
+  if (j0 < n)
+    scores16_direct<D, R, GB, false>(q, keys + static_cast<std::size_t>(j0) * row_bytes, row_bytes,
+                                     n - j0, scale, probs + j0, stride);
+}
+
+// scores_direct for G <= GB heads.
+template <int D, class R, int GB>
+void scores_direct_heads(int G, const float* q, const std::byte* keys, std::size_t row_bytes, int n,
+                         float scale, float* probs) {
+  if constexpr (GB > 1) {
+    if (G < GB) return scores_direct_heads<D, R, GB - 1>(G, q, keys, row_bytes, n, scale, probs);
+  }
+  scores_direct<D, R, GB>(q, keys, row_bytes, n, scale, probs);
+}
+
+// exp_inplace (attention_impl.h) on 16 lanes, written out as GCC compiles that loop for this
+// file (its multiply-adds contracted into FMAs: f = v - r ln2 in two fused steps, each step of
+// the polynomial fused), so the same bits as the loop (VecExp.Avx512IsTheFusedFormula).
+inline __m512 exp16(__m512 v) {
+  // v < -87.3 ? -87.3 : v, then v > 88.3 ? 88.3 : v (a NaN stays NaN, as in the loop).
+  v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_set1_ps(-87.3f), _CMP_LT_OQ),
+                         _mm512_set1_ps(-87.3f));
+  v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_set1_ps(88.3f), _CMP_GT_OQ),
+                         _mm512_set1_ps(88.3f));
+  const __m512 t = _mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f));
+  const __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_fnmadd_ps(r, _mm512_set1_ps(1.428606765330187045e-06f),
+                                    _mm512_fnmadd_ps(r, _mm512_set1_ps(0.693145751953125f), v));
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 5040.0f), f, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  const __m512i e = _mm512_add_epi32(_mm512_cvttps_epi32(r), _mm512_set1_epi32(127));
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(e, 23)));
+}
+
 // softmax_rows of attention_impl.h with vector max and sum (its scalar sum does not vectorise:
-// float addition is not reassociated without -ffast-math).
+// float addition is not reassociated without -ffast-math), in three passes over each row: the
+// max; the subtraction, exp and sum together; the normalisation.
 void softmax_rows_avx512(float* probs, int G, int n) {
   for (int g = 0; g < G; ++g) {
     float* p = probs + static_cast<std::size_t>(g) * static_cast<std::size_t>(n);
@@ -209,15 +312,13 @@ void softmax_rows_avx512(float* probs, int G, int n) {
       m = _mm512_max_ps(
           m, _mm512_mask_loadu_ps(m, tail_mask16(static_cast<std::size_t>(n - j)), p + j));
     const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+    __m512 sum = _mm512_setzero_ps();
     for (int j = 0; j < n; j += 16) {
       const __mmask16 k = tail_mask16(static_cast<std::size_t>(n - j));
-      _mm512_mask_storeu_ps(p + j, k, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, p + j), mx));
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, p + j), mx));
+      _mm512_mask_storeu_ps(p + j, k, e);
+      sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
     }
-    exp_inplace(p, n);
-    __m512 sum = _mm512_setzero_ps();
-    for (int j = 0; j < n; j += 16)
-      sum = _mm512_add_ps(
-          sum, _mm512_maskz_loadu_ps(tail_mask16(static_cast<std::size_t>(n - j)), p + j));
     const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
     for (int j = 0; j < n; j += 16) {
       const __mmask16 k = tail_mask16(static_cast<std::size_t>(n - j));
@@ -372,7 +473,13 @@ void attention_typed(const float* q, int G, int d, const void* keys_v, const voi
     return;
   }
   const std::size_t row_bytes = kv_row_bytes(T, d);
-  if (d == 64) {
+  if (G <= kDirectHeads) {
+    if (d == 64) {
+      scores_direct_heads<64, Row<T>, kDirectHeads>(G, q, keys, row_bytes, n, scale, probs);
+    } else {
+      scores_direct_heads<128, Row<T>, kDirectHeads>(G, q, keys, row_bytes, n, scale, probs);
+    }
+  } else if (d == 64) {
     scores<Keys32, Row<T>, 64>(q, G, keys, row_bytes, n, scale, probs);
   } else {
     scores<Keys32, Row<T>, 128>(q, G, keys, row_bytes, n, scale, probs);
@@ -503,7 +610,10 @@ KvDecodeFn kv_decode_avx512_fn() {
 }
 
 void vec_exp_avx512(float* x, int n) {
-  exp_inplace(x, n);
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 k = tail_mask16(static_cast<std::size_t>(n - j));
+    _mm512_mask_storeu_ps(x + j, k, exp16(_mm512_maskz_loadu_ps(k, x + j)));
+  }
 }
 
 }  // namespace rkv::kernels
