@@ -15,8 +15,9 @@ inline __mmask16 tail_mask16(std::size_t n) {
 }
 
 // In-place transpose of a 16x16 matrix of 32-bit elements (r[i] = row i on entry, column i on
-// exit).
-inline void transpose16x16(__m512i r[16]) {
+// exit). Always inlined: called out of line (as GCC chose in the decode attention's scores), the
+// 16 rows go through memory on the way in and out.
+__attribute__((always_inline)) inline void transpose16x16(__m512i r[16]) {
   __m512i t[16], u[16];
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
