@@ -6,8 +6,10 @@
 //  * scores: blocks of 32 keys are transposed (16x16 per 16 dimensions, twice) into kt[d][32], so
 //    that two FMAs per dimension advance 32 scores of one head at once, with no horizontal sums.
 //    The block is read from memory once and reused from L1 by every head of the group. bf16 keys
-//    are transposed as they are stored, a pair of values per dword, and widened after.
-//  * softmax: float32, as everywhere, with vector max and sum.
+//    are transposed as they are stored, a pair of values per dword, and widened after. Decode
+//    (one query row, up to 8 heads) keeps each transposed 16 keys in registers instead and feeds
+//    them straight to the heads' sums (scores_direct): the same FMAs in the same order.
+//  * softmax: float32, as everywhere, with vector max and sum, exp fused into the pass that sums.
 //  * output: chunks of kPvChunk values, 64 values of each row at a time for up to six heads
 //    (24 accumulators in registers); when there are more heads, each group after the first reads
 //    the chunk from L1. bf16 values are split into even and odd lanes instead of widened in

@@ -394,11 +394,13 @@ struct RowChunk {
   std::size_t n0, n1;
 };
 
-// The products' rows, in that order, as the tasks of one parallel region of decode's GEMVs, in
-// rounds of one chunk a thread that each take half of what is left (at least 2 units of 16 rows
-// a chunk; chunks end at the products' ends): big chunks first, small ones last, so that the
-// thread that finishes first waits for little of the other's last chunk (about 1/32 of the region
-// with two threads, where equal chunks of 1/8 left it half of one: 3% of Q4_K_M decode's time).
+// The products' rows, in that order, as the tasks of one parallel region of quantized products
+// off the tiles, in rounds of one chunk a thread that each take half of what is left (at least
+// 2 units of 16 rows a chunk; chunks end at the products' ends): big chunks first, small ones
+// last, so that the thread that finishes first waits for little of the other's last chunk (32
+// rows, where 4 equal chunks a thread left it up to an eighth of the product). With the shared
+// regions below: Q4_K_M decode at depth 0 1.026x (medians of 8 alternating pairs, Zen 5), pp512
+// on the VNNI panels not slower.
 void guided_chunks(std::span<const MatmulProduct> products, std::size_t threads,
                    std::vector<RowChunk>& chunks) {
   constexpr std::size_t kUnit = 16, kMinUnits = 2;
