@@ -58,8 +58,10 @@ void matmul(const float* x, std::size_t T, const WeightView& w, float* y, Thread
 // Several products of the same input: y_i = x w_i^T. Where the weights are bf16 on AVX512-BF16
 // (and share their column count and precision), the activations are split once for all of them
 // and their rows are shared out among the threads as one list, so that products too small to
-// divide evenly (a model's k and v) do not leave a thread waiting; elsewhere, matmul for each.
-// Every output is the same, bit for bit, as matmul's.
+// divide evenly (a model's k and v) do not leave a thread waiting. Quantized weights of one
+// column count and one kind of activation blocks, off the AMX tiles, likewise: quantized once,
+// their rows one list of chunks. Elsewhere, matmul for each. Every output is the same, bit for
+// bit, as matmul's.
 struct MatmulProduct {
   WeightView w;
   float* y = nullptr;  // [T][w.rows]
