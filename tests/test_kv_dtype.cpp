@@ -351,7 +351,9 @@ TEST_P(KvAttentionParity, AgainstReferenceAndDoublePrecision) {
 // each row what the one-row kernel gives it, bit for bit (AVX-512 shares key transposes and value
 // conversions across the rows; the others run the rows one by one). Strides are not G * d, and
 // n0 and R put rows' ends inside and at the edges of blocks of 16 keys (AVX2), of 32 keys and
-// their halves (AVX-512), and of chunks of 64 values; G = 7 takes the output's groups of 6 and 1.
+// their halves (AVX-512), and of chunks of 64 values; G = 7 takes the output's passes of 4 and 3.
+// On AVX-512 one row of up to 8 heads runs the decode scores (16 keys transposed in registers,
+// G = 1, 7, 8) and more heads the blocked ones (G = 9), so the rows (R > 1, blocked) check both.
 TEST_P(KvAttentionParity, RowsEqualEachRowAlone) {
   const auto [isa, dtype] = GetParam();
   if (!kernels::isa_supported(isa))
@@ -364,7 +366,7 @@ TEST_P(KvAttentionParity, RowsEqualEachRowAlone) {
   std::vector<int> dims = {64, 128};
   if (dtype != KvDtype::q8_0) dims.push_back(80);
   for (int d : dims)
-    for (int G : {1, 7})
+    for (int G : {1, 7, 8, 9})
       for (int n0 : {1, 15, 16, 17, 31, 33, 64, 100})
         for (int R : {1, 2, 16, 20}) {
           SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(G) +
