@@ -54,7 +54,7 @@ struct Row;
 
 template <>
 struct Row<KvDtype::f32> {
-  static constexpr bool kPairs = false;  // bf16 only: rows read as dword pairs (transpose_pairs)
+  static constexpr bool kPairs = false;  // bf16 only: rows read as dword pairs (load_transposed16)
   static constexpr int kPrefetchEvery = 1;
   static const std::byte* at(const std::byte* row, int k) { return row + 4 * k; }
   static __m512 load16(const std::byte* row, int k) {
@@ -101,6 +101,31 @@ struct Row<KvDtype::q8_0> {
   }
 };
 
+// Keys [0, 16) of a block (row stride row_bytes; rows from `rows` on read as zeros unless Full),
+// dimensions c .. c + 15 (bf16: c .. c + 31, as stored pairs), loaded and transposed: r[i] holds
+// dimension c + i of the 16 keys (bf16: the pair c + 2i, c + 2i + 1, one dword a key).
+// Half the loads and transposes of widening bf16 first.
+template <class R, bool Full>
+inline void load_transposed16(const std::byte* block, std::size_t row_bytes, int rows, int c,
+                              __m512i r[16]) {
+  for (int i = 0; i < 16; ++i) {
+    const std::byte* row = block + static_cast<std::size_t>(i) * row_bytes;
+    if constexpr (Full) {
+      if (R::kPairs || (c / 16) % R::kPrefetchEvery == 0)
+        prefetch_ahead(R::at(row, c), kPrefetchRows * row_bytes);
+    } else if (i >= rows) {
+      r[i] = _mm512_setzero_si512();
+      continue;
+    }
+    if constexpr (R::kPairs) {
+      r[i] = _mm512_loadu_si512(R::at(row, c));
+    } else {
+      r[i] = _mm512_castps_si512(R::load16(row, c));
+    }
+  }
+  transpose16x16(r);
+}
+
 // The width-specific part of the blocked kernel (see attention_blocked.h). A block is 32 keys,
 // two vectors: each step of the scores then broadcasts a query value once for two FMAs, and a
 // group of heads keeps twice as many independent sums (8 heads: 16) as the FMA latency needs.
@@ -122,54 +147,24 @@ struct Keys32 {
     }
   }
 
-  // 16 of those rows into lanes kt[k * 32 + 0 .. 15] (kt offset by the half).
+  // 16 of those rows into lanes kt[k * 32 + 0 .. 15] (kt offset by the half). bf16 pairs are
+  // split after the transpose: the low halves (shifted left 16) are value c + 2p of the 16 rows,
+  // the high halves (masked) value c + 2p + 1.
   template <int D, class R, bool Full>
   static void transpose16(const std::byte* block, std::size_t row_bytes, int rows, float* kt) {
-    if constexpr (R::kPairs) {
-      transpose_pairs<D, R, Full>(block, row_bytes, rows, kt);
-      return;
-    }
-    for (int c = 0; c < D; c += 16) {
+    static_assert(!R::kPairs || D % 32 == 0);
+    for (int c = 0; c < D; c += R::kPairs ? 32 : 16) {
       __m512i r[16];
-      for (int i = 0; i < 16; ++i) {
-        const std::byte* row = block + static_cast<std::size_t>(i) * row_bytes;
-        if constexpr (Full) {
-          if ((c / 16) % R::kPrefetchEvery == 0)
-            prefetch_ahead(R::at(row, c), kPrefetchRows * row_bytes);
-          r[i] = _mm512_castps_si512(R::load16(row, c));
-        } else {
-          r[i] = i < rows ? _mm512_castps_si512(R::load16(row, c)) : _mm512_setzero_si512();
-        }
-      }
-      transpose16x16(r);
-      for (int i = 0; i < 16; ++i) _mm512_store_si512(kt + (c + i) * kLanes, r[i]);
-    }
-  }
-
-  // transpose16 for bf16 rows: 32 values (16 pairs, one dword each) of 16 rows are loaded as
-  // they are stored and transposed as dwords, so that dword lane i of r[p] is pair p of row i;
-  // its low halves widened (shifted left 16) are value c + 2p of the 16 rows and its high halves
-  // (masked) value c + 2p + 1. Half the loads and transposes of widening first; kt is the same.
-  template <int D, class R, bool Full>
-  static void transpose_pairs(const std::byte* block, std::size_t row_bytes, int rows, float* kt) {
-    static_assert(D % 32 == 0);
-    for (int c = 0; c < D; c += 32) {
-      __m512i r[16];
-      for (int i = 0; i < 16; ++i) {
-        const std::byte* row = block + static_cast<std::size_t>(i) * row_bytes;
-        if constexpr (Full) {
-          prefetch_ahead(R::at(row, c), kPrefetchRows * row_bytes);
-          r[i] = _mm512_loadu_si512(R::at(row, c));
-        } else {
-          r[i] = i < rows ? _mm512_loadu_si512(R::at(row, c)) : _mm512_setzero_si512();
-        }
-      }
-      transpose16x16(r);
+      load_transposed16<R, Full>(block, row_bytes, rows, c, r);
       for (int p = 0; p < 16; ++p) {
-        __m512i even, odd;
-        split_bf16_pairs(r[p], even, odd);
-        _mm512_store_si512(kt + (c + 2 * p) * kLanes, even);
-        _mm512_store_si512(kt + (c + 2 * p + 1) * kLanes, odd);
+        if constexpr (R::kPairs) {
+          __m512i even, odd;
+          split_bf16_pairs(r[p], even, odd);
+          _mm512_store_si512(kt + (c + 2 * p) * kLanes, even);
+          _mm512_store_si512(kt + (c + 2 * p + 1) * kLanes, odd);
+        } else {
+          _mm512_store_si512(kt + (c + p) * kLanes, r[p]);
+        }
       }
     }
   }
@@ -202,10 +197,10 @@ struct Keys32 {
 };
 
 // Decode's scores (one query row) for GB <= kDirectHeads heads, without the transposed block in
-// memory: 16 keys at a time are loaded and transposed in registers (as Keys32::transpose16 does)
-// and each dimension's vector goes straight into the GB sums, where the blocked kernel stores
-// the transposed block and reads it back. Each score is the same FMAs in the same order
-// (dimension 0 to D - 1) as Keys32::scores_block, so the same bits.
+// memory: 16 keys at a time are loaded and transposed in registers (load_transposed16, as for
+// Keys32::transpose16) and each dimension's vector goes straight into the GB sums, where the
+// blocked kernel stores the transposed block and reads it back. Each score is the same FMAs in the
+// same order (dimension 0 to D - 1) as Keys32::scores_block, so the same bits.
 constexpr int kDirectHeads = 8;  // 8 sums, the 16 rows and 3 temporaries fit the 32 registers
 
 template <int D, class R, int GB, bool Full>
@@ -216,22 +211,7 @@ void scores16_direct(const float* q, const std::byte* block, std::size_t row_byt
   constexpr int kStep = R::kPairs ? 32 : 16;
   for (int c = 0; c < D; c += kStep) {
     __m512i r[16];
-    for (int i = 0; i < 16; ++i) {
-      const std::byte* row = block + static_cast<std::size_t>(i) * row_bytes;
-      if constexpr (Full) {
-        if (R::kPairs || (c / 16) % R::kPrefetchEvery == 0)
-          prefetch_ahead(R::at(row, c), kPrefetchRows * row_bytes);
-      } else if (i >= rows) {
-        r[i] = _mm512_setzero_si512();
-        continue;
-      }
-      if constexpr (R::kPairs) {
-        r[i] = _mm512_loadu_si512(R::at(row, c));
-      } else {
-        r[i] = _mm512_castps_si512(R::load16(row, c));
-      }
-    }
-    transpose16x16(r);
+    load_transposed16<R, Full>(block, row_bytes, rows, c, r);
     if constexpr (R::kPairs) {
       for (int i = 0; i < 16; ++i) {
         __m512i even, odd;
@@ -331,8 +311,8 @@ void softmax_rows_avx512(float* probs, int G, int n) {
 
 // The output pass reads each value row 64 values (four vectors) at a time: values c .. c + 63 of
 // row j as v[0..3]. In natural order (v[i] holds c + 16i ..), except bf16 rows, read as two
-// loads of 32 and split like transpose_pairs: v[2h] holds the even values c + 32h + 2i, v[2h + 1]
-// the odd ones. Each product p * v is the same either way; only where it lands differs, and
+// loads of 32 and split like Keys32::transpose16: v[2h] holds the even values c + 32h + 2i, v[2h +
+// 1] the odd ones. Each product p * v is the same either way; only where it lands differs, and
 // unpermute puts it back.
 template <class R>
 inline void load_values64(const std::byte* row, int c, std::size_t pf, __m512 v[4]) {
