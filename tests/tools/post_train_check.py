@@ -2,8 +2,8 @@
 """Hand-worked cases of tools/tiny/post_train.py's arithmetic (issue 38): GRPO's group-normalised
 advantages (a truncated sample's is zero, a group whose rewards agree teaches nothing), the
 batch layout (targets only on generated tokens, a sample's mask in its own corner, causal
-elsewhere), and that one on-policy GRPO step moves each trained token's log-probability the way
-its advantage says."""
+elsewhere), that one on-policy GRPO step moves each trained token's log-probability the way
+its advantage says, and which model, method and masks each recipe's rollouts use."""
 import os
 import sys
 
@@ -97,5 +97,45 @@ check(all(abs(a - b) < 1e-15 for a, b in zip(rates, expected)),
       f"decay after 8 of 14: {[f'{r:.3g}' for r in rates]}")
 check(abs(rates[8] - 2.5714e-5) < 1e-9 and abs(rates[13] - 4.2857e-6) < 1e-9,
       f"update 9 at {rates[8]:.4g}, update 14 at {rates[13]:.4g} (3e-5 * 6/7, 3e-5 / 7)")
+
+# Each recipe's rollouts (the commands it gives rkv, recorded instead of run): rl-sparse and
+# distill-on-policy sample the model being trained with the method on and record its traces (the
+# masks); rl-full samples it with a full cache; distill samples the frozen base model with a full
+# cache, then replays those samples under the trained model's method.
+commands = []
+real_run, real_read = pt.run, pt.read_records
+pt.run = lambda cmd, what: commands.append(cmd) or ""
+pt.read_records = lambda run_dir: []
+
+
+def flag(cmd, name):
+    return cmd[cmd.index(name) + 1] if name in cmd else None
+
+
+with __import__("tempfile").TemporaryDirectory() as tmp:
+    for recipe in pt.RECIPES:
+        commands.clear()
+        rargs = argparse.Namespace(recipe=recipe, method="gkv", budget=128, buffer=16, group=4,
+                                   temperature=0.7, seed=1, rkv="rkv", family="chains",
+                                   max_new_tokens=64, threads=1, out=os.path.join(tmp, "run"),
+                                   base="models/base")
+        pt.rollouts(rargs, 3, tmp, [{"problem": "p", "answer": "a"}])
+        first = commands[0]
+        trained = os.path.join(tmp, "run", "model")
+        if recipe in ("rl-sparse", "distill-on-policy"):
+            check(len(commands) == 1 and flag(first, "-m") == trained
+                  and flag(first, "--methods") == "gkv" and flag(first, "--budgets") == "128"
+                  and flag(first, "--trace-dir") is not None and flag(first, "--temp") == "0.7",
+                  f"{recipe}: the trained model's own samples, gkv at 128, traces kept")
+        elif recipe == "rl-full":
+            check(len(commands) == 1 and flag(first, "-m") == trained
+                  and flag(first, "--methods") == "fullkv" and "--budgets" not in first,
+                  "rl-full: the trained model's own samples with a full cache")
+        else:
+            check(len(commands) == 2 and flag(first, "-m") == "models/base"
+                  and flag(first, "--methods") == "fullkv" and flag(commands[1], "-m") == trained
+                  and flag(commands[1], "--methods") == "gkv" and "--replay" in commands[1],
+                  "distill: the base model's full-cache samples, replayed under gkv")
+pt.run, pt.read_records = real_run, real_read
 
 sys.exit(1 if failures else 0)

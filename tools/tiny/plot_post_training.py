@@ -6,6 +6,8 @@ a full cache, and the rollouts' mean reward; below, the GRPO loss or the distill
     python3 tools/tiny/plot_post_training.py runs/post/X/log.csv runs/post/X/curves.svg "title"
 """
 import csv
+import json
+import os
 import sys
 
 W, PH, L, R, T, GAP, B = 680, 220, 60, 150, 34, 46, 44
@@ -61,7 +63,12 @@ def main() -> None:
            f'font-family="sans-serif" font-size="12">',
            f'<rect width="{W}" height="{height}" fill="white"/>',
            f'<text x="{(W - R + L) / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>']
-    reward = "teacher's reward" if col("kl") else "rollout reward"  # distill: the teacher samples
+    # distill samples the teacher; the other recipes sample the trained model (run.json, beside
+    # the log, names the recipe)
+    record = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "run.json")
+    recipe = json.load(open(record))["recipe"] if os.path.exists(record) else None
+    teacher = recipe == "distill" or (recipe is None and col("kl"))
+    reward = "teacher's reward" if teacher else "rollout reward"
     panel(out, T, [("val, trained budget", col("val_method")), ("val, full cache", col("val_full")),
                    (reward, col("reward"))], "pass@1 / reward", x_max, 0.0, 1.0)
     second = col("kl") or col("loss")

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """G-KV's post-training (issue 38; G-KV's paper, section 5 and appendix C) of a tiny reasoner, so
-that it learns to think under its own KV eviction. Three recipes:
+that it learns to think under its own KV eviction. G-KV's two recipes, its control, and a
+variant of Distill:
 
   rl-sparse  sample with KV compression on (rkv eval --trace-dir), rebuild every sampled token's
              attention mask from the trace (masks.py), and optimise GRPO without a KL term under
@@ -12,6 +13,12 @@ that it learns to think under its own KV eviction. Three recipes:
              the current model's compression (rkv eval --replay) for its masks, and
              train the masked model toward the full-cache model's distribution with a
              temperature-scaled KL loss (tau^2 KL(p_full/tau || p_masked/tau) per token).
+  distill-on-policy
+             Distill's loss on the model's own samples: sample with KV compression on, as
+             rl-sparse does (each sample's masks recorded), and train the masked model toward
+             the frozen full-cache model's distribution on those tokens. Distill teaches the
+             states the full-cache model visits; this one teaches the states the compressed
+             model actually reaches (its own mistakes included).
 
 The rollouts run on rkv itself (its engine, its compression, float32 KV): the masked forward
 pass here gives rkv's logits to 1e-5 of their scale (tests/tools/masked_logits_check.py), so
@@ -47,7 +54,8 @@ import task  # noqa: E402
 import tokenizer  # noqa: E402
 import train  # noqa: E402
 
-RECIPES = ("rl-sparse", "rl-full", "distill")
+RECIPES = ("rl-sparse", "rl-full", "distill", "distill-on-policy")
+DISTILL = ("distill", "distill-on-policy")  # the recipes trained by KL to the full-cache model
 VALIDATION_SEED = 11  # validation problems: task.py's draws with this seed, minus held-out ones
 LOG_FIELDS = ["iteration", "rollout_tokens", "trained_tokens", "reward", "truncated",
               "groups_with_signal", "loss", "kl", "kl_full", "grad_norm", "lr", "rollout_s", "train_s",
@@ -196,6 +204,15 @@ def rollouts_distill(args, iteration: int, work: str, problems: list) -> list:
         samples.append(Sample(ids, prompt, mask, float(rec["correct"]),
                               rec["stop_reason"] == "length", rec["example_index"]))
     return samples
+
+
+def rollouts(args, iteration: int, work: str, problems: list) -> list:
+    """The iteration's samples: the teacher's replayed under the current model's eviction
+    (distill), or the current model's own, with the method on and their masks recorded
+    (rl-sparse, distill-on-policy) or with a full cache and no masks (rl-full)."""
+    if args.recipe == "distill":
+        return rollouts_distill(args, iteration, work, problems)
+    return rollouts_rl(args, iteration, work, problems)
 
 
 def grpo_advantages(samples: list) -> int:
@@ -350,7 +367,8 @@ def main() -> None:
                     help="the model to start from (and distill's teacher)")
     ap.add_argument("--family", choices=sorted(task.FAMILIES), default="chains",
                     help="task family the base model was trained on (default chains)")
-    ap.add_argument("--recipe", choices=RECIPES, required=True, help="rl-sparse, rl-full or distill")
+    ap.add_argument("--recipe", choices=RECIPES, required=True,
+                    help="rl-sparse, rl-full, distill or distill-on-policy")
     ap.add_argument("--method", default="gkv", help="KV method trained for (default gkv)")
     ap.add_argument("--budget", type=int, default=96, help="KV budget (default 96)")
     ap.add_argument("--buffer", type=int, default=16, help="KV buffer (default 16)")
@@ -426,7 +444,7 @@ def main() -> None:
 
     model = train.from_exported(args.base)
     teacher = None
-    if args.recipe == "distill":
+    if args.recipe in DISTILL:
         teacher = train.from_exported(args.base)
         teacher.eval()
         for p in teacher.parameters():
@@ -471,10 +489,7 @@ def main() -> None:
         problems = draw_problems(args, it, excluded)
         model.train()
         t_roll = time.time()
-        if args.recipe == "distill":
-            samples = rollouts_distill(args, it, work, problems)
-        else:
-            samples = rollouts_rl(args, it, work, problems)
+        samples = rollouts(args, it, work, problems)
         t_train = time.time()
         lr = learning_rate(args, it + 1)
         for group in opt.param_groups:
@@ -484,7 +499,7 @@ def main() -> None:
                "reward": f"{sum(s.reward for s in samples) / len(samples):.4f}",
                "truncated": f"{sum(s.truncated for s in samples) / len(samples):.4f}",
                "lr": f"{lr:.2e}"}
-        if args.recipe == "distill":
+        if args.recipe in DISTILL:
             stats = train_distill(args, model, teacher, opt, samples)
             row["kl"] = f"{stats['kl']:.5f}"
             if "kl_full" in stats:

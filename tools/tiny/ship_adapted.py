@@ -30,7 +30,9 @@ HELD_OUT = {"chains": "data/chains_test.jsonl", "redundant": "data/redundant_tes
 CALIBRATION = {"chains": "data/calib_chains.txt", "redundant": "data/calib_redundant.txt"}
 RECIPE_NAMES = {"rl-sparse": "RL-Sparse (GRPO under the eviction's masks)",
                 "rl-full": "RL-Full (GRPO with a full cache, the control)",
-                "distill": "Distill (KL to the full-cache model under the eviction's masks)"}
+                "distill": "Distill (KL to the full-cache model under the eviction's masks)",
+                "distill-on-policy": "Distill on its own samples (KL to the full-cache model on "
+                                     "the compressed model's samples, under their masks)"}
 FIRST = 50
 
 
