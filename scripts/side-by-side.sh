@@ -34,11 +34,18 @@
 #   DEPTHS       decode depths (default 0,4096,16384)
 #   N_PROMPT     prompt tokens of the pp test (default 512); N_GEN decoded tokens (default 64)
 #   BUDGET       R-KV's budget for the compressed rows (default 1024; buffer 128)
+#   LLAMA_FA     llama-bench's flash-attention settings, its best taken (default 0,1; at depth
+#                16384 each setting is one more fill of the cache, so 1 alone is cheaper)
+#   RKV_FULL_DEPTHS
+#                depths at which rkv also decodes with its full cache (default: DEPTHS; e.g. 0
+#                to skip the full cache's fill at 16384 when only the budget's row is wanted
+#                there: that row's rkv columns then read "-", and the line under the table
+#                gives the budget's speed against rkv's full cache at depth 0)
 #   THREADS      threads of both engines (default: nproc)
 #   LLAMA_COMMIT what to print as llama.cpp's commit (default: what llama-bench reports)
 set -euo pipefail
 if [ $# -lt 1 ]; then
-  sed -n '2,38p' "$0" >&2
+  sed -n '2,45p' "$0" >&2
   exit 2
 fi
 llama_bench=$1
@@ -51,6 +58,8 @@ depths=${DEPTHS:-0,4096,16384}
 n_prompt=${N_PROMPT:-512}
 n_gen=${N_GEN:-64}
 budget=${BUDGET:-1024}
+llama_fa=${LLAMA_FA:-0,1}
+full_depths=${RKV_FULL_DEPTHS:-$depths}
 threads=${THREADS:-$(nproc)}
 [ -x "$llama_bench" ] || { echo "side-by-side: $llama_bench is not an executable" >&2; exit 2; }
 [ -x "$rkv" ] || { echo "side-by-side: $rkv is not built (cmake --build build)" >&2; exit 2; }
@@ -77,12 +86,12 @@ for ((r = 1; r <= rounds; r++)); do
   for name in "${names[@]}"; do
     file=$files/$name.gguf
     echo "side-by-side: round $r/$rounds, $name: llama.cpp" >&2
-    "$llama_bench" -m "$file" -t "$threads" -p "$n_prompt" -n 0 -fa 0,1 -r 1 -o json \
+    "$llama_bench" -m "$file" -t "$threads" -p "$n_prompt" -n 0 -fa "$llama_fa" -r 1 -o json \
       > "$out/$name.llama.pp.$r.json" 2>/dev/null
-    "$llama_bench" -m "$file" -t "$threads" -p 0 -n "$n_gen" -d "$depths" -fa 0,1 -r 1 -o json \
+    "$llama_bench" -m "$file" -t "$threads" -p 0 -n "$n_gen" -d "$depths" -fa "$llama_fa" -r 1 -o json \
       > "$out/$name.llama.tg.$r.json" 2>/dev/null
     echo "side-by-side: round $r/$rounds, $name: rkv" >&2
-    "$rkv" bench-decode -m "$file" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$depths" -r 1 \
+    "$rkv" bench-decode -m "$file" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$full_depths" -r 1 \
       --device cpu --json "$out/$name.rkv.$r.json" >/dev/null 2>&1
     case $name in
       *-bf16 | *-f16)
@@ -138,6 +147,7 @@ med = statistics.median
 pct = lambda x: "%.0f%%" % (100 * x) if x is not None else "-"
 limits = None
 table = []
+notes = []
 for name in names:
     ll, rk, bd, rd = [], [], [], []
     for r in range(1, rounds + 1):
@@ -153,15 +163,29 @@ for name in names:
                 runs.append(rkv_rows(f"{out}/{name}.{extra}.{r}.json")[0])
             except FileNotFoundError:
                 runs.append({})
-    for key in rk[0]:
+    # rkv's full-cache rows first, then depths only llama.cpp and the budget ran
+    # (RKV_FULL_DEPTHS below DEPTHS)
+    keys = list(rk[0]) + sorted(k for k in ll[0] if k not in rk[0] and k in bd[0])
+    for key in keys:
         lt = [ll[r][key] for r in range(rounds)]
+        budget_t = [bd[r][key][0] for r in range(rounds) if key in bd[r]]
+        test = key[0] + ("" if key[0].startswith("pp") else " @ %d" % key[1])
+        if key not in rk[0]:
+            table.append("| %s | %s | %.1f | - | - | - | - | %.1f |" % (
+                name, test, med(lt), med(budget_t)))
+            depth0 = [rk[r][(key[0], 0)][0] for r in range(rounds) if (key[0], 0) in rk[r]]
+            if len(depth0) == rounds:
+                notes.append("%s: rkv at R-KV budget %s, %s: %.1f tokens/s, %.0f%% of rkv's full "
+                             "cache at depth 0 (%.1f; the median of the per-round ratios)" % (
+                                 name, budget, test, med(budget_t),
+                                 100 * med([b / a for a, b in zip(depth0, budget_t)]),
+                                 med(depth0)))
+            continue
         rt = [rk[r][key][0] for r in range(rounds)]
         fr = [rk[r][key][1] for r in range(rounds)]
         ratio = med([b / a for a, b in zip(lt, rt)])
-        budget_t = [bd[r][key][0] for r in range(rounds) if key in bd[r]]
         rf = med(fr) if None not in fr else None
         lf = rf * med(lt) / med(rt) if rf is not None else None
-        test = key[0] + ("" if key[0].startswith("pp") else " @ %d" % key[1])
         table.append("| %s | %s | %.1f | %s | %.1f | %s | %.2f | %s |" % (
             name, test, med(lt), pct(lf), med(rt), pct(rf), ratio,
             "%.1f" % med(budget_t) if budget_t else "-"))
@@ -180,4 +204,7 @@ print()
 print("| file | test | llama.cpp tok/s | of the limit | rkv tok/s | of the limit | rkv / llama.cpp | rkv, R-KV budget %s, tok/s |" % budget)
 print("|---|---|---:|---:|---:|---:|---:|---:|")
 print("\n".join(table))
+if notes:
+    print()
+    print("\n".join(notes))
 EOF

@@ -559,6 +559,37 @@ TEST_P(QuantizedMatmul, Mxfp4DotProductWorkedByHand) {
   EXPECT_EQ(y, 468.75f);
 }
 
+// A decode row (T = 1, the kernels' row-by-row path) gives bit for bit what the same activation
+// row gets inside a product of several rows (the tiles): continuous batching runs a sequence's
+// decode step either way. Odd block counts for the last pair, K of gpt-oss's experts (2880).
+TEST_P(QuantizedMatmul, DecodeRowEqualsItsRowInABatch) {
+  const Isa isa = GetParam();
+  if (!kernels::isa_supported(isa))
+    GTEST_SKIP() << kernels::isa_name(isa) << " is not supported by this CPU (or this build)";
+  const kernels::MatmulRowsFn fn = kernels::matmul_rows_for(isa);
+  std::mt19937 rng(17);
+  for (DType t : kTypes) {
+    const bool k_type = dtype_block_elements(t) == 256;
+    for (std::size_t K : k_type ? std::vector<std::size_t>{256, 2816}
+                                : std::vector<std::size_t>{32, 96, 352, 2880}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " K=" + std::to_string(K));
+      const std::size_t T = 5, N = 37;
+      const auto w = random_rows(t, N, K, rng);
+      const WeightView view{w.data(), t, N, K};
+      if (isa != Isa::Reference && isa != Isa::Avx2 && kernels::amx_int8_enabled() &&
+          kernels::quantized_on_tiles(view, T))
+        continue;  // the tiles' own arithmetic: batching there is not this path
+      const auto x = random_x(T * K, rng);
+      std::vector<float> batch(T * N), row(N);
+      fn(x.data(), T, view, 0, N, batch.data(), N);
+      for (std::size_t r = 0; r < T; ++r) {
+        fn(x.data() + r * K, 1, view, 0, N, row.data(), N);
+        EXPECT_TRUE(std::equal(row.begin(), row.end(), batch.begin() + r * N)) << "row " << r;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, QuantizedMatmul,
                          ::testing::Values(Isa::Reference, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16),
                          [](const ::testing::TestParamInfo<Isa>& param_info) {

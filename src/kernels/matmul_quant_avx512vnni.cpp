@@ -80,15 +80,29 @@ inline __m512i load_x(const std::int8_t* p, bool two) {
 // Q4_0/Q5_0: the nibbles of the 16-byte quant arrays p0 (block b) and p1 (block b + 1) in element
 // order: bytes 0-15 the low nibbles of p0 (elements 0-15), 16-31 its high nibbles, then p1's.
 inline __m512i nibble_pair(const std::uint8_t* p0, const std::uint8_t* p1, bool two) {
-  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p0));
-  const __m128i b =
-      two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1)) : _mm_setzero_si128();
-  const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
-  // [a, b, a >> 4, b >> 4] -> [a, a >> 4, b, b >> 4]
-  const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(ab), _mm256_srli_epi16(ab, 4), 1);
-  return _mm512_and_si512(_mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)),
-                          _mm512_set1_epi8(0x0F));
+  // [a, a, b, b] by 128-bit lanes (two broadcast loads), the second and fourth shifted down a
+  // nibble: [a, a >> 4, b, b >> 4]
+  const __m512i a = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0)));
+  const __m512i ab = two ? _mm512_mask_broadcast_i32x4(
+                               a, 0xFF00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1)))
+                         : _mm512_maskz_mov_epi32(0x00FF, a);
+  const __m512i shift = _mm512_maskz_set1_epi16(0xFF00FF00u, 4);
+  return _mm512_and_si512(_mm512_srlv_epi16(ab, shift), _mm512_set1_epi8(0x0F));
 }
+
+// quant::e8m0_half of every exponent, computed at compile time: one load a block instead of the
+// branch and shift.
+struct E8m0Table {
+  float v[256];
+};
+constexpr E8m0Table make_e8m0_table() {
+  E8m0Table t{};
+  for (unsigned e = 0; e < 256; ++e)
+    t.v[e] = __builtin_bit_cast(
+        float, e < 2 ? std::uint32_t{0x00200000} << e : static_cast<std::uint32_t>(e - 1) << 23);
+  return t;
+}
+alignas(64) constexpr E8m0Table kE8m0Half = make_e8m0_table();
 
 // Q8_0 / Q4_0 / Q5_0 / MXFP4: the unsigned bytes of blocks b and b + 1 of a row, and their
 // scales.
@@ -110,8 +124,8 @@ inline __m512i decode_pair(const std::uint8_t* row, std::size_t b, bool two, flo
     return nibble_pair(blk + 2, blk + 20, two);
   } else if constexpr (D == DType::MXFP4) {
     const std::uint8_t* blk = row + b * 17;
-    f0 = quant::e8m0_half(blk[0]);
-    f1 = two ? quant::e8m0_half(blk[17]) : 0.0f;
+    f0 = kE8m0Half.v[blk[0]];
+    f1 = two ? kE8m0Half.v[blk[17]] : 0.0f;
     const __m128i values =
         _mm_add_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kMxfp4Values)),
                      _mm_set1_epi8(static_cast<char>(kOffset<D>)));
@@ -196,6 +210,48 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
   for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]);
+}
+
+// Q8_0 / Q4_0 / Q5_0 / MXFP4 decode (one activation row): rows [n0, n1) of w, one at a time (a
+// single stream for the hardware prefetcher), with the activation side of every block pair (the
+// offset sums and the scales, which tile<D, 1, 1> recomputes for each weight row) laid out once
+// per call. The same operations in the same order as tile<D, 1, 1>, so the same bits.
+template <DType D>
+void decode_rows(const quant::ActivationBlocks& x, const WeightView& w, std::size_t n0,
+                 std::size_t n1, float* y, Scratch& scratch) {
+  const std::size_t K = w.cols;
+  const std::size_t nb = K / 32, np = (nb + 1) / 2;
+  const std::size_t rb = dtype_row_bytes(D, K);
+  const std::size_t pf = kPrefetchRows * rb;
+  auto* off = scratch_array<__m512i>(scratch, 2 * np);
+  auto* dx = reinterpret_cast<__m512*>(off + np);
+  for (std::size_t p = 0; p < np; ++p) {
+    const std::size_t b = 2 * p;
+    const bool two = b + 1 < nb;
+    if constexpr (kOffset<D> != 0)
+      off[p] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                   _mm512_set1_epi8(static_cast<char>(kOffset<D>)),
+                                   load_x(x.q + b * 32, two));
+    dx[p] = halves(x.d[b], two ? x.d[b + 1] : 0.0f);
+  }
+  const std::size_t full = nb / 2;  // pairs with both blocks
+  const auto* base = static_cast<const std::uint8_t*>(w.data);
+  for (std::size_t n = n0; n < n1; ++n) {
+    const std::uint8_t* row = base + n * rb;
+    __m512 acc = _mm512_setzero_ps();
+    const auto pair = [&](std::size_t p, bool two) {
+      const std::size_t b = 2 * p;
+      prefetch_ahead(row + b * dtype_size(D), pf);
+      float f0, f1;
+      const __m512i u = decode_pair<D>(row, b, two, f0, f1);
+      __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, load_x(x.q + b * 32, two));
+      if constexpr (kOffset<D> != 0) s = _mm512_sub_epi32(s, off[p]);
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(halves(f0, f1), dx[p]), acc);
+    };
+    for (std::size_t p = 0; p < full; ++p) pair(p, true);
+    if (full < np) pair(full, false);
+    y[n] = hsum(acc);
+  }
 }
 
 // Elements 64p .. 64p + 63 of a Q4_K / Q6_K super-block at blk (the sub-blocks 2p, 2p + 1) as
@@ -360,7 +416,7 @@ constexpr int kGroups = D == DType::Q4_K ? 8 : 16;  // groups with their own sca
 template <DType D>
 constexpr std::size_t kPanelSbBytes = 4096 + static_cast<std::size_t>(kGroups<D>) * 128 + 64;
 
-thread_local Scratch tls_panels, tls_fb;
+thread_local Scratch tls_panels, tls_fb, tls_decode;
 
 // Lays out `rows` (at most 16; the rest zero) weight rows of nsb super-blocks at w (stride rb).
 template <DType D>
@@ -527,6 +583,20 @@ void panel_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightVie
 // The VNNI kernels: Q4_K / Q6_K from kPanelMinT rows on panels, everything else on the tiles.
 void quantized_rows_vnni(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w,
                          std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
+  if (T == 1 && n0 < n1) {
+    switch (w.dtype) {
+      case DType::Q8_0:
+        return decode_rows<DType::Q8_0>(x, w, n0, n1, y, tls_decode);
+      case DType::Q4_0:
+        return decode_rows<DType::Q4_0>(x, w, n0, n1, y, tls_decode);
+      case DType::Q5_0:
+        return decode_rows<DType::Q5_0>(x, w, n0, n1, y, tls_decode);
+      case DType::MXFP4:
+        return decode_rows<DType::MXFP4>(x, w, n0, n1, y, tls_decode);
+      default:
+        break;
+    }
+  }
   if (n0 < n1 && w.dtype == DType::Q4_K && T >= kPanelMinT<DType::Q4_K>)
     return panel_rows<DType::Q4_K>(x, T, w, n0, n1, y, ldy);
   if (n0 < n1 && w.dtype == DType::Q6_K && T >= kPanelMinT<DType::Q6_K>)
