@@ -749,6 +749,16 @@ void CpuOps::moe(int layer, Act in, Act residual) {
 // Gated DeltaNet (Qwen3.5; docs/ARCHITECTURES.md): the projections of every row, then per
 // sequence its causal conv over the channels (the conv window in the state) and, per v head, the
 // delta-rule recurrence over its rows in order; the gated norm; the output projection.
+// The recurrence's dot products over a head's k dimension as 16 interleaved partial sums
+// (element j into sum j % 16) added pairwise at the end: the compiler vectorises them in portable
+// code, where one running sum stays scalar (it may not reorder float additions).
+constexpr std::size_t kDeltaLanes = 16;
+inline float lanes_sum(float (&p)[kDeltaLanes]) {
+  for (std::size_t w = kDeltaLanes / 2; w >= 1; w /= 2)
+    for (std::size_t l = 0; l < w; ++l) p[l] += p[l + w];
+  return p[0];
+}
+
 void CpuOps::delta_net(int layer, std::span<const ForwardRow> rows, Act in, Act residual) {
   const DeltaNetWeights& w = m_.layer(layer).delta_net;
   const DeltaNetConfig& dc = c_.delta_net;
@@ -820,12 +830,23 @@ void CpuOps::delta_net(int layer, std::span<const ForwardRow> rows, Act in, Act 
       float* o = s_.dn_out.data() + r * V + static_cast<std::size_t>(h) * dv;
       for (std::size_t i = 0; i < dv; ++i) {
         float* Si = S + i * dk;
-        float sk = 0.0f;
-        for (std::size_t j = 0; j < dk; ++j) sk += (Si[j] *= decay) * k[j];
-        const float delta = beta * (v[i] - sk);
-        float sq_ = 0.0f;
-        for (std::size_t j = 0; j < dk; ++j) sq_ += (Si[j] += delta * k[j]) * q[j];
-        o[i] = sq_ * q_scale;
+        float p[kDeltaLanes] = {};
+        std::size_t j = 0;
+        for (; j + kDeltaLanes <= dk; j += kDeltaLanes)
+          for (std::size_t l = 0; l < kDeltaLanes; ++l) {
+            Si[j + l] *= decay;
+            p[l] += Si[j + l] * k[j + l];
+          }
+        for (; j < dk; ++j) p[j % kDeltaLanes] += (Si[j] *= decay) * k[j];
+        const float delta = beta * (v[i] - lanes_sum(p));
+        float p2[kDeltaLanes] = {};
+        for (j = 0; j + kDeltaLanes <= dk; j += kDeltaLanes)
+          for (std::size_t l = 0; l < kDeltaLanes; ++l) {
+            Si[j + l] += delta * k[j + l];
+            p2[l] += Si[j + l] * q[j + l];
+          }
+        for (; j < dk; ++j) p2[j % kDeltaLanes] += (Si[j] += delta * k[j]) * q[j];
+        o[i] = lanes_sum(p2) * q_scale;
       }
       // The gated norm: RMSNorm(o) * norm, times silu(z).
       float ss = 0.0f;
