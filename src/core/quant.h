@@ -39,12 +39,11 @@ inline constexpr std::int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
 
 // An E8M0 exponent's scale halved, 2^(e - 128), as ggml's GGML_E8M0_TO_FP32_HALF computes it:
 // the float's bits directly (e < 2 gives the denormals 2^-128 and 2^-127), so exact for every e.
-inline float e8m0_half(std::uint8_t e) {
-  const std::uint32_t bits =
-      e < 2 ? std::uint32_t{0x00200000} << e : static_cast<std::uint32_t>(e - 1) << 23;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+// constexpr (through the builtin, not std::bit_cast: no library template in the kernels' ISA
+// translation units), so the AVX512-VNNI kernels tabulate it at compile time.
+constexpr float e8m0_half(std::uint8_t e) {
+  return __builtin_bit_cast(
+      float, e < 2 ? std::uint32_t{0x00200000} << e : static_cast<std::uint32_t>(e - 1) << 23);
 }
 
 // One 32-element block of a quantized row as integers: element k is

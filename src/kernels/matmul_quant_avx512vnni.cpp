@@ -97,9 +97,7 @@ struct E8m0Table {
 };
 constexpr E8m0Table make_e8m0_table() {
   E8m0Table t{};
-  for (unsigned e = 0; e < 256; ++e)
-    t.v[e] = __builtin_bit_cast(
-        float, e < 2 ? std::uint32_t{0x00200000} << e : static_cast<std::uint32_t>(e - 1) << 23);
+  for (unsigned e = 0; e < 256; ++e) t.v[e] = quant::e8m0_half(static_cast<std::uint8_t>(e));
   return t;
 }
 alignas(64) constexpr E8m0Table kE8m0Half = make_e8m0_table();
@@ -213,9 +211,9 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
 }
 
 // Q8_0 / Q4_0 / Q5_0 / MXFP4 decode (one activation row): rows [n0, n1) of w, one at a time (a
-// single stream for the hardware prefetcher), with the activation side of every block pair (the
-// offset sums and the scales, which tile<D, 1, 1> recomputes for each weight row) laid out once
-// per call. The same operations in the same order as tile<D, 1, 1>, so the same bits.
+// single stream for the hardware prefetcher), with the activation side of every block pair (its
+// XPair: the bytes, offset sums and scales, which tile<D, 1, 1> recomputes for each weight row)
+// laid out once per call, and tile's own accumulate: the same bits.
 template <DType D>
 void decode_rows(const quant::ActivationBlocks& x, const WeightView& w, std::size_t n0,
                  std::size_t n1, float* y, Scratch& scratch) {
@@ -223,34 +221,23 @@ void decode_rows(const quant::ActivationBlocks& x, const WeightView& w, std::siz
   const std::size_t nb = K / 32, np = (nb + 1) / 2;
   const std::size_t rb = dtype_row_bytes(D, K);
   const std::size_t pf = kPrefetchRows * rb;
-  auto* off = scratch_array<__m512i>(scratch, 2 * np);
-  auto* dx = reinterpret_cast<__m512*>(off + np);
-  for (std::size_t p = 0; p < np; ++p) {
-    const std::size_t b = 2 * p;
-    const bool two = b + 1 < nb;
-    if constexpr (kOffset<D> != 0)
-      off[p] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                   _mm512_set1_epi8(static_cast<char>(kOffset<D>)),
-                                   load_x(x.q + b * 32, two));
-    dx[p] = halves(x.d[b], two ? x.d[b + 1] : 0.0f);
-  }
+  auto* xp = scratch_array<XPair<D, 1>>(scratch, np);
+  for (std::size_t p = 0; p < np; ++p) xp[p].load(x, K, nb, 0, 2 * p, 2 * p + 1 < nb);
   const std::size_t full = nb / 2;  // pairs with both blocks
   const auto* base = static_cast<const std::uint8_t*>(w.data);
   for (std::size_t n = n0; n < n1; ++n) {
     const std::uint8_t* row = base + n * rb;
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[1] = {_mm512_setzero_ps()};
     const auto pair = [&](std::size_t p, bool two) {
       const std::size_t b = 2 * p;
       prefetch_ahead(row + b * dtype_size(D), pf);
       float f0, f1;
       const __m512i u = decode_pair<D>(row, b, two, f0, f1);
-      __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, load_x(x.q + b * 32, two));
-      if constexpr (kOffset<D> != 0) s = _mm512_sub_epi32(s, off[p]);
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(halves(f0, f1), dx[p]), acc);
+      accumulate<D, 1>(u, halves(f0, f1), xp[p], acc);
     };
     for (std::size_t p = 0; p < full; ++p) pair(p, true);
     if (full < np) pair(full, false);
-    y[n] = hsum(acc);
+    y[n] = hsum(acc[0]);
   }
 }
 
