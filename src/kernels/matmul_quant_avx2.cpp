@@ -208,14 +208,37 @@ void tile_mxfp4(const std::uint8_t* w, std::size_t rb, const quant::ActivationBl
   }
 }
 
+// vpshufb controls for tile_k's 32 elements j of a super-block: the int16 scale of elements 0-15
+// in the low lane, of elements 16-31 in the high lane, out of a row's scales held eight to a
+// lane in both lanes. Q4_K: one scale per 32 elements, scale j; Q6_K: one per 16, groups 2j and
+// 2j + 1, taken from the register of groups 0-7 (j < 4) or 8-15.
+struct ScalePick {
+  alignas(32) std::uint8_t c[2][8][32];
+};
+constexpr ScalePick kScalePick = [] {
+  ScalePick t{};
+  for (int k6 = 0; k6 < 2; ++k6)
+    for (int j = 0; j < 8; ++j)
+      for (int i = 0; i < 32; ++i) {
+        const int lo = k6 ? 4 * (j % 4) : 2 * j, hi = k6 ? lo + 2 : lo;
+        t.c[k6][j][i] = static_cast<std::uint8_t>((i < 16 ? lo : hi) + i % 2);
+      }
+  return t;
+}();
+
 // Q4_K / Q6_K against super-block activations (quant::SuperBlock), 32 elements at a time: the
-// unsigned weights u (Q4_K's nibbles, Q6_K's q + 32) by the activation bytes with vpmaddubsw,
-// then by the int16 scales of the two groups of 16 with vpmaddwd, summed in exact int32 over the
-// super-block; then once per super-block acc += I * (d * dx), less the mins (Q6_K: its offset
-// 32 sc) as sixteen floats dmin m[g] against the activations' fsum[g] = dx * bsum[g].
+// unsigned weights u (Q4_K's nibbles, Q6_K's q + 32) by the activation bytes with vpmaddubsw (the
+// activations straight from memory), then by the int16 scales of the two groups of 16 with
+// vpmaddwd (one vpshufb of the row's scales picks them), summed in exact int32 over the
+// super-block. The mins (Q6_K: its offset 32 sc) are summed in int32 too, vpmaddwd of the sixteen
+// m[g] by the activations' bsum[g]; once per super-block acc -= M * (dmin * dx), then acc +=
+// I * (d * dx). At most eight int32 sums live in registers (16 ymm in all): Tile::run gives this R
+// x TT
+// <= 8.
 template <DType D, int R, int TT>
 void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x, std::size_t K,
             std::size_t t0, float* y, std::size_t ldy) {
+  static_assert(R * TT <= 8);
   const std::size_t pf = kPrefetchRows * rb;
   constexpr std::size_t kBytes = D == DType::Q4_K ? 144 : 210;
   const std::size_t nsb = K / 256, ng = K / 16;
@@ -224,13 +247,13 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
     for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
   const std::int8_t* xq = x.qk + t0 * K;
   const float* xd = x.dk + t0 * nsb;
-  const float* xs = x.fsum + t0 * ng;
-  // vpshufb control: int16 0 of each 32-bit lane into the low 128 bits, int16 1 into the high.
-  const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3,
-                                        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  const std::int16_t* xs = x.bsum + t0 * ng;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (std::size_t sb = 0; sb < nsb; ++sb) {
-    __m256i sc16[R];  // the sixteen scales, one per 16 elements, int16
-    __m256 mw[R][2];  // dmin m[g] (Q6_K: d 32 sc[g]) for g = 0-7 and 8-15
+    // Per row: the scales as int16, eight to a 128-bit lane in both lanes (Q6_K: groups 0-7 in
+    // sc[r][0], 8-15 in sc[r][1]), and d; the mins' term (Q6_K: 32 sc per group of 16) goes into
+    // acc here, so that only the scales stay live through the products.
+    __m256i sc[R][D == DType::Q4_K ? 1 : 2];
     float d[R];
     for (int r = 0; r < R; ++r) {
       const std::uint8_t* blk = w + r * rb + sb * kBytes;
@@ -240,72 +263,74 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
       if constexpr (D == DType::Q4_K) {
         std::uint64_t sc8, m8;
         quant::q4_k_scales_mins(blk + 4, sc8, m8);
-        // Each sub-block's scale and min for both of its groups of 16.
-        const __m128i sc = _mm_cvtsi64_si128(static_cast<long long>(sc8));
+        const __m128i s16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8)));
+        sc[r][0] = _mm256_broadcastsi128_si256(s16);
         const __m128i mn = _mm_cvtsi64_si128(static_cast<long long>(m8));
-        sc16[r] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc, sc));
         m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
         d[r] = h2f(blk);
         dmin = h2f(blk + 2);
       } else {
-        sc16[r] =
+        const __m256i s16 =
             _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
-        m16 = _mm256_slli_epi16(sc16[r], 5);
+        sc[r][0] = _mm256_permute2x128_si256(s16, s16, 0x00);
+        sc[r][1] = _mm256_permute2x128_si256(s16, s16, 0x11);
+        m16 = _mm256_slli_epi16(s16, 5);
         d[r] = dmin = h2f(blk + 208);
       }
-      const __m256 dm = _mm256_set1_ps(dmin);
-      mw[r][0] =
-          _mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(m16))));
-      mw[r][1] = _mm256_mul_ps(
-          dm, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(m16, 1))));
+      for (int t = 0; t < TT; ++t) {
+        const __m256i bs =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + t * ng + sb * 16));
+        acc[r][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(m16, bs)),
+                                     _mm256_set1_ps(dmin * xd[t * nsb + sb]), acc[r][t]);
+      }
     }
     __m256i isum[R][TT];
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < TT; ++t) isum[r][t] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
-      __m256i xv[TT];
-      for (int t = 0; t < TT; ++t)
-        xv[t] =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * K + sb * 256 + 32 * j));
+        // Elements 64p to 64p + 63 (j = 2p and 2p + 1) per pass of a loop that is not unrolled:
+        // unrolled, GCC 12 hoists every row's decoded weights to the top and spills them.
+#pragma GCC unroll 1
+    for (int p = 0; p < 4; ++p) {
       for (int r = 0; r < R; ++r) {
         const std::uint8_t* blk = w + r * rb + sb * kBytes;
-        __m256i u;
+        __m256i u[2];
         if constexpr (D == DType::Q4_K) {
           const __m256i qs =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (j / 2)));
-          u = _mm256_and_si256(_mm256_srli_epi16(qs, (j % 2) * 4), _mm256_set1_epi8(0x0F));
-        } else {
-          const int h = j / 4, quarter = j % 4;
-          const __m256i ql = _mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(blk + 64 * h + (quarter % 2) * 32));
-          const __m256i qh =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
-          const __m256i lo =
-              _mm256_and_si256(_mm256_srli_epi16(ql, (quarter / 2) * 4), _mm256_set1_epi8(0x0F));
-          const __m256i hi = _mm256_and_si256(
-              _mm256_slli_epi16(_mm256_srli_epi16(qh, quarter * 2), 4), _mm256_set1_epi8(0x30));
-          u = _mm256_or_si256(lo, hi);
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * p));
+          u[0] = _mm256_and_si256(qs, low4);
+          u[1] = _mm256_and_si256(_mm256_srli_epi16(qs, 4), low4);
+        } else {  // half h = p / 2, quarters 2 (p % 2) and 2 (p % 2) + 1
+          const __m128i shift = _mm_cvtsi32_si128(4 * (p % 2));
+          const __m256i qh = _mm256_srl_epi16(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (p / 2))),
+              shift);
+          const __m256i hi = _mm256_set1_epi8(0x30);
+          for (int e = 0; e < 2; ++e) {
+            const __m256i ql =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * (p / 2) + 32 * e));
+            u[e] = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi16(ql, shift), low4),
+                                   _mm256_and_si256(_mm256_slli_epi16(qh, 4 - 2 * e), hi));
+          }
         }
-        // int16 lanes 0-7 (elements 0-15) take scale 2j, lanes 8-15 scale 2j + 1.
-        const __m256i scale =
-            _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16[r], _mm256_set1_epi32(j)), pick);
-        for (int t = 0; t < TT; ++t)
-          isum[r][t] = _mm256_add_epi32(isum[r][t],
-                                        _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv[t]), scale));
+        for (int e = 0; e < 2; ++e) {
+          const int j = 2 * p + e;
+          const __m256i scale = _mm256_shuffle_epi8(
+              sc[r][D == DType::Q4_K ? 0 : p / 2],
+              _mm256_load_si256(
+                  reinterpret_cast<const __m256i*>(kScalePick.c[D == DType::Q6_K][j])));
+          for (int t = 0; t < TT; ++t) {
+            const __m256i xv = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(xq + t * K + sb * 256 + 32 * j));
+            isum[r][t] = _mm256_add_epi32(isum[r][t],
+                                          _mm256_madd_epi16(_mm256_maddubs_epi16(u[e], xv), scale));
+          }
+        }
       }
     }
-    for (int t = 0; t < TT; ++t) {
-      const float dx = xd[t * nsb + sb];
-      const __m256 fb0 = _mm256_loadu_ps(xs + t * ng + sb * 16);
-      const __m256 fb1 = _mm256_loadu_ps(xs + t * ng + sb * 16 + 8);
-      for (int r = 0; r < R; ++r) {
-        __m256 a =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(d[r] * dx), acc[r][t]);
-        a = _mm256_fnmadd_ps(mw[r][0], fb0, a);
-        acc[r][t] = _mm256_fnmadd_ps(mw[r][1], fb1, a);
-      }
-    }
+    for (int t = 0; t < TT; ++t)
+      for (int r = 0; r < R; ++r)
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]),
+                                    _mm256_set1_ps(d[r] * xd[t * nsb + sb]), acc[r][t]);
   }
   for (int t = 0; t < TT; ++t)
     for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]);
@@ -318,7 +343,12 @@ struct Tile {
   static void run(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x,
                   std::size_t K, std::size_t t0, float* y, std::size_t ldy) {
     if constexpr (D == DType::Q4_K || D == DType::Q6_K) {
-      tile_k<D, R, TT>(w, rb, x, K, t0, y, ldy);
+      if constexpr (R * TT > 8) {
+        static_assert(R % 2 == 0 && TT <= 4);
+        for (int r = 0; r < R; r += 2) tile_k<D, 2, TT>(w + r * rb, rb, x, K, t0, y + r, ldy);
+      } else {
+        tile_k<D, R, TT>(w, rb, x, K, t0, y, ldy);
+      }
     } else if constexpr (D == DType::MXFP4) {
       if constexpr (R > 2) {
         static_assert(R % 2 == 0);
