@@ -10,9 +10,10 @@
 // x activation scale). MXFP4's 4-bit codes become their values through a 16-byte table (vpshufb),
 // and its blocks are summed in llama.cpp's order (tile_mxfp4). Q4_K/Q6_K (tile_k) keep their
 // weights unsigned and multiply by their integer scales with vpmaddwd, so a whole super-block is
-// summed in int32 before one float FMA. A tile is R weight rows x TT activation rows, so each
-// decoded block serves TT rows of x (decode: TT = 1..4; prefill: the rows of x in chunks of 64,
-// so that the chunk stays in cache while the thread's weight rows stream past it).
+// summed in int32 (and its mins term too) before two float FMAs. A tile is R weight rows x TT
+// activation rows, so each decoded block serves TT rows of x (decode: TT = 1..4; prefill: the rows
+// of x in chunks of 64, so that the chunk stays in cache while the thread's weight rows stream past
+// it).
 //
 // Everything here has internal linkage and uses no out-of-line library templates (see
 // matmul_avx2.cpp).
@@ -232,9 +233,8 @@ constexpr ScalePick kScalePick = [] {
 // vpmaddwd (one vpshufb of the row's scales picks them), summed in exact int32 over the
 // super-block. The mins (Q6_K: its offset 32 sc) are summed in int32 too, vpmaddwd of the sixteen
 // m[g] by the activations' bsum[g]; once per super-block acc -= M * (dmin * dx), then acc +=
-// I * (d * dx). At most eight int32 sums live in registers (16 ymm in all): Tile::run gives this R
-// x TT
-// <= 8.
+// I * (d * dx). At most eight int32 sums live in registers (16 ymm in all): Tile::run gives
+// this R x TT <= 8.
 template <DType D, int R, int TT>
 void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x, std::size_t K,
             std::size_t t0, float* y, std::size_t ldy) {
@@ -287,10 +287,10 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
     __m256i isum[R][TT];
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < TT; ++t) isum[r][t] = _mm256_setzero_si256();
-        // Elements 64p to 64p + 63 (j = 2p and 2p + 1) per pass of a loop that is not unrolled:
-        // unrolled, GCC 12 hoists every row's decoded weights to the top and spills them.
 #pragma GCC unroll 1
     for (int p = 0; p < 4; ++p) {
+      // Elements 64p to 64p + 63 (j = 2p and 2p + 1) per pass of a loop that is not unrolled:
+      // unrolled, GCC 12 hoists every row's decoded weights to the top and spills them.
       for (int r = 0; r < R; ++r) {
         const std::uint8_t* blk = w + r * rb + sb * kBytes;
         __m256i u[2];
