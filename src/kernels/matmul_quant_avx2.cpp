@@ -339,6 +339,35 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
 // This ISA's tile for quant_rows.h.
 template <DType D>
 struct Tile {
+  // Q4_K/Q6_K prefill (quant_tile_rows calls this where it exists): one weight row at a time
+  // against eight activation rows (tile_k<D, 1, 8>), so that each decoded weight serves eight;
+  // fewer than eight rows, and decode, as quant_tile_rows would run them.
+  template <int R>
+  static void run_rows(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x,
+                       std::size_t K, std::size_t t0, std::size_t tn, float* y,
+                       std::size_t ldy) requires(D == DType::Q4_K || D == DType::Q6_K) {
+    std::size_t t = t0;
+    if (tn - t0 >= 8) {
+      for (int r = 0; r < R; ++r)
+        for (t = t0; t + 8 <= tn; t += 8)
+          tile_k<D, 1, 8>(w + r * rb, rb, x, K, t, y + t * ldy + r, ldy);
+    }
+    for (; t + 4 <= tn; t += 4) run<R, 4>(w, rb, x, K, t, y + t * ldy, ldy);
+    switch (tn - t) {
+      case 3:
+        run<R, 3>(w, rb, x, K, t, y + t * ldy, ldy);
+        break;
+      case 2:
+        run<R, 2>(w, rb, x, K, t, y + t * ldy, ldy);
+        break;
+      case 1:
+        run<R, 1>(w, rb, x, K, t, y + t * ldy, ldy);
+        break;
+      default:
+        break;
+    }
+  }
+
   template <int R, int TT>
   static void run(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x,
                   std::size_t K, std::size_t t0, float* y, std::size_t ldy) {
