@@ -339,33 +339,19 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
 // This ISA's tile for quant_rows.h.
 template <DType D>
 struct Tile {
-  // Q4_K/Q6_K prefill (quant_tile_rows calls this where it exists): one weight row at a time
-  // against eight activation rows (tile_k<D, 1, 8>), so that each decoded weight serves eight;
-  // fewer than eight rows, and decode, as quant_tile_rows would run them.
+  // Q4_K/Q6_K against 8 activation rows or more (quant_tile_rows calls this where it exists,
+  // then runs the rows from the one returned in its tiles of 4): one weight row at a time against
+  // eight activation rows (tile_k<D, 1, 8>), so that each decoded weight serves eight.
   template <int R>
-  static void run_rows(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x,
-                       std::size_t K, std::size_t t0, std::size_t tn, float* y,
-                       std::size_t ldy) requires(D == DType::Q4_K || D == DType::Q6_K) {
-    std::size_t t = t0;
-    if (tn - t0 >= 8) {
-      for (int r = 0; r < R; ++r)
-        for (t = t0; t + 8 <= tn; t += 8)
-          tile_k<D, 1, 8>(w + r * rb, rb, x, K, t, y + t * ldy + r, ldy);
-    }
-    for (; t + 4 <= tn; t += 4) run<R, 4>(w, rb, x, K, t, y + t * ldy, ldy);
-    switch (tn - t) {
-      case 3:
-        run<R, 3>(w, rb, x, K, t, y + t * ldy, ldy);
-        break;
-      case 2:
-        run<R, 2>(w, rb, x, K, t, y + t * ldy, ldy);
-        break;
-      case 1:
-        run<R, 1>(w, rb, x, K, t, y + t * ldy, ldy);
-        break;
-      default:
-        break;
-    }
+  static std::size_t run_eights(const std::uint8_t* w, std::size_t rb,
+                                const quant::ActivationBlocks& x, std::size_t K, std::size_t t0,
+                                std::size_t tn, float* y,
+                                std::size_t ldy) requires(D == DType::Q4_K || D == DType::Q6_K) {
+    const std::size_t end = t0 + (tn - t0) / 8 * 8;
+    for (int r = 0; r < R; ++r)
+      for (std::size_t t = t0; t < end; t += 8)
+        tile_k<D, 1, 8>(w + r * rb, rb, x, K, t, y + t * ldy + r, ldy);
+    return end;
   }
 
   template <int R, int TT>

@@ -20,16 +20,14 @@ namespace {
 constexpr std::size_t kQuantTChunk = 64;  // rows of x per pass over the weights (prefill)
 constexpr int kQuantTileRows = 4;         // weight rows per tile (R)
 
-// Activation rows [t0, tn) in tiles of 4, then the 1-3 left (or the ISA's run_rows for the type,
-// where its Tile has one).
+// Activation rows [t0, tn) in tiles of 4, then the 1-3 left; first, where the ISA's Tile has
+// run_eights for the type, as many groups of 8 as there are through it.
 template <template <DType> class Tile, DType D, int R>
 void quant_tile_rows(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x,
                      std::size_t K, std::size_t t0, std::size_t tn, float* y, std::size_t ldy) {
-  if constexpr (requires { Tile<D>::template run_rows<R>(w, rb, x, K, t0, tn, y, ldy); }) {
-    Tile<D>::template run_rows<R>(w, rb, x, K, t0, tn, y, ldy);  // the ISA's own loop
-    return;
-  }
   std::size_t t = t0;
+  if constexpr (requires { Tile<D>::template run_eights<R>(w, rb, x, K, t0, tn, y, ldy); })
+    t = Tile<D>::template run_eights<R>(w, rb, x, K, t0, tn, y, ldy);
   for (; t + 4 <= tn; t += 4) Tile<D>::template run<R, 4>(w, rb, x, K, t, y + t * ldy, ldy);
   switch (tn - t) {
     case 3:
