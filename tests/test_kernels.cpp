@@ -525,25 +525,22 @@ TEST(VecExp, WithinTwoUlpOverTheRange) {
 
 #if defined(__x86_64__)
 }  // namespace
-namespace kernels {  // the AVX-512 vec_exp (attention_dispatch.cpp picks it on AVX-512)
+namespace kernels {  // the x86 vec_exp bodies (attention_dispatch.cpp picks one per ISA)
 void vec_exp_avx512(float* x, int n);
+void vec_exp_avx2(float* x, int n);
 }  // namespace kernels
 namespace {
-#endif
 
-// The AVX-512 exp (written out in intrinsics, as the softmax's fused pass needs it) is
-// exp_inplace's formula with its multiply-adds fused, as GCC compiles that loop with FMA: the
-// same bits as the formula in scalar std::fma, over the range, past the clamps, and on a tail of
-// fewer than 16 lanes.
-TEST(VecExp, Avx512IsTheFusedFormula) {
-#if defined(__x86_64__)
-  if (!kernels::isa_supported(Isa::Avx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+// `exp` on a sweep of the range, past the clamps and on a tail of 7 lanes, bit for bit against
+// exp_inplace's formula with its multiply-adds fused (scalar std::fma), as GCC compiles that loop
+// with FMA.
+void expect_fused_exp_formula(void (*exp)(float*, int)) {
   std::vector<float> x;
   for (float v = -100.0f; v <= 100.0f; v += 0.0009765625f) x.push_back(v);
   for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, -87.3f, 88.3f, -1e30f, 1e30f}) x.push_back(v);
   x.resize(x.size() / 16 * 16 + 7, 0.25f);  // a tail of 7
   std::vector<float> got = x;
-  kernels::vec_exp_avx512(got.data(), static_cast<int>(got.size()));
+  exp(got.data(), static_cast<int>(got.size()));
   for (std::size_t i = 0; i < x.size(); ++i) {
     const float v = std::min(std::max(x[i], -87.3f), 88.3f);
     const float r = std::nearbyint(v * 1.44269504088896341f);
@@ -555,6 +552,24 @@ TEST(VecExp, Avx512IsTheFusedFormula) {
     ASSERT_EQ(std::memcmp(&want, &got[i], sizeof(float)), 0)
         << "exp(" << x[i] << "): " << got[i] << ", the fused formula " << want;
   }
+}
+#endif
+
+// The AVX-512 and AVX2 exps (written out in intrinsics, as the softmax's fused pass needs them)
+// are exp_inplace's formula with its multiply-adds fused.
+TEST(VecExp, Avx512IsTheFusedFormula) {
+#if defined(__x86_64__)
+  if (!kernels::isa_supported(Isa::Avx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+  expect_fused_exp_formula(&kernels::vec_exp_avx512);
+#else
+  GTEST_SKIP() << "x86-64 only";
+#endif
+}
+
+TEST(VecExp, Avx2IsTheFusedFormula) {
+#if defined(__x86_64__)
+  if (!kernels::isa_supported(Isa::Avx2)) GTEST_SKIP() << "this CPU has no AVX2";
+  expect_fused_exp_formula(&kernels::vec_exp_avx2);
 #else
   GTEST_SKIP() << "x86-64 only";
 #endif

@@ -302,7 +302,7 @@ TEST_P(KvAttentionParity, AgainstReferenceAndDoublePrecision) {
   std::vector<int> dims = {64, 128, 96};
   if (dtype != KvDtype::q8_0) dims.push_back(80);
   for (int d : dims) {
-    for (int G : {1, 7, 9}) {
+    for (int G : {1, 7, 9, 16}) {
       for (int n : {1, 17, 65, 300}) {
         SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(G) +
                      " n=" + std::to_string(n));

@@ -7,9 +7,9 @@
 //  * scores: blocks of 8 keys are transposed (8x8 per 8 dimensions) into kt[d][8], so that one
 //    FMA per dimension advances 8 scores of one head, with no horizontal sums; the block is read
 //    from memory once and reused from L1 by every head.
-//  * softmax: float32 with vector max and sum.
-//  * output: one head and 64 dimensions at a time (8 accumulators), over chunks of kPvChunk
-//    values, so that every pass after the first over a chunk reads it from L1.
+//  * softmax: float32 with vector max, exp and sum.
+//  * output: chunks of kValueChunk value rows, each widened to float32 once into an L1 buffer;
+//    then one head and 64 dimensions at a time (8 accumulators) over the buffer.
 //  * cache dtypes: every read of 8 keys or values goes through a Row loader that widens the
 //    stored type to float32 in registers (as attention_avx512.cpp does).
 
@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/attention_blocked.h"
@@ -135,6 +136,72 @@ struct Lanes8 {
   }
 };
 
+// Scores with the heads in the lanes, for G a multiple of 8 (or one short of it, where the one
+// empty lane costs less than transposing keys): per block of 8 keys, each key row is widened to
+// float32 once (no transpose), and per dimension k one FMA per key adds key[j][k] times the
+// vector of the 8 heads' q[g][k]. The 8 x 8 sums are transposed once at the end of the block.
+// Each score is the same chain of FMAs, k ascending, as in the transposed-keys path.
+inline bool heads_in_lanes(int G) {
+  return G % 8 == 0 || G % 8 == 7;
+}
+
+template <KvDtype T, int D>
+void scores_heads8(const float* q, int G, const std::byte* keys, std::size_t row_bytes, int n,
+                   float scale, float* probs) {
+  using R = Row<T>;
+  const int groups = (G + 7) / 8;
+  // qt[group][k][lane] = q[8 * group + lane][k]; zero in lanes past G.
+  thread_local std::vector<float> qt_store;
+  qt_store.assign(static_cast<std::size_t>(groups) * D * 8, 0.0f);
+  float* qt = qt_store.data();
+  for (int g = 0; g < G; ++g)
+    for (int k = 0; k < D; ++k)
+      qt[static_cast<std::size_t>(g / 8) * D * 8 + static_cast<std::size_t>(k) * 8 + g % 8] =
+          q[static_cast<std::size_t>(g) * D + k];
+  alignas(32) float kf[8 * D];
+  const __m256 s = _mm256_set1_ps(scale);
+  for (int j0 = 0; j0 < n; j0 += 8) {
+    const int rows = n - j0 < 8 ? n - j0 : 8;
+    const std::byte* block = keys + static_cast<std::size_t>(j0) * row_bytes;
+    for (int i = 0; i < 8; ++i) {
+      const std::byte* row = block + static_cast<std::size_t>(i) * row_bytes;
+      for (int c = 0; c < D; c += 8) {
+        if (i >= rows) {
+          _mm256_store_ps(kf + i * D + c, _mm256_setzero_ps());
+          continue;
+        }
+        if ((c / 8) % R::kPrefetchEvery == 0)
+          prefetch_ahead(R::at(row, c), kPrefetchRows * row_bytes);
+        _mm256_store_ps(kf + i * D + c, R::load8(row, c));
+      }
+    }
+    for (int g0 = 0; g0 < G; g0 += 8) {
+      const float* qg = qt + static_cast<std::size_t>(g0 / 8) * D * 8;
+      __m256 acc[8];
+      for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+      for (int k = 0; k < D; ++k) {
+        const __m256 qv = _mm256_loadu_ps(qg + k * 8);
+        for (int i = 0; i < 8; ++i)
+          acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + i * D + k), qv, acc[i]);
+      }
+      transpose8x8(acc);  // acc[g]: head g0 + g, lanes over the block's keys
+      const int gb = G - g0 < 8 ? G - g0 : 8;
+      for (int g = 0; g < gb; ++g) {
+        float* dst = probs + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(n) +
+                     static_cast<std::size_t>(j0);
+        const __m256 v = _mm256_mul_ps(acc[g], s);
+        if (rows == 8) {
+          _mm256_storeu_ps(dst, v);
+        } else {
+          alignas(32) float tmp[8];
+          _mm256_store_ps(tmp, v);
+          for (int i = 0; i < rows; ++i) dst[i] = tmp[i];
+        }
+      }
+    }
+  }
+}
+
 inline float hmax8(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -149,8 +216,41 @@ inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// softmax_rows of attention_impl.h with vector max and sum over full groups of 8 (its scalar
-// sum does not vectorise without -ffast-math); the last n % 8 entries are scalar.
+// exp_inplace (attention_impl.h) on 8 lanes, written out as GCC compiles that loop for this file
+// (its multiply-adds contracted into FMAs: f = v - r ln2 in two fused steps, each step of the
+// polynomial fused), so the same bits as the loop (VecExp.Avx2IsTheFusedFormula). The loop itself
+// stays scalar here: GCC 12 does not vectorise its clamps and nearbyint.
+inline __m256 exp8(__m256 v) {
+  // v < -87.3 ? -87.3 : v, then v > 88.3 ? 88.3 : v: max_ps and min_ps return their second
+  // operand when either is NaN, so a NaN stays NaN, as in the loop.
+  v = _mm256_max_ps(_mm256_set1_ps(-87.3f), v);
+  v = _mm256_min_ps(_mm256_set1_ps(88.3f), v);
+  const __m256 t = _mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f));
+  const __m256 r = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_fnmadd_ps(r, _mm256_set1_ps(1.428606765330187045e-06f),
+                                    _mm256_fnmadd_ps(r, _mm256_set1_ps(0.693145751953125f), v));
+  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 5040.0f), f, _mm256_set1_ps(1.0f / 720.0f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_add_epi32(_mm256_cvttps_epi32(r), _mm256_set1_epi32(127));
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
+}
+
+// exp8 on the first `count` < 8 floats at x, in place.
+inline void exp_tail(float* x, int count) {
+  alignas(32) float tmp[8] = {};
+  std::memcpy(tmp, x, sizeof(float) * static_cast<std::size_t>(count));
+  _mm256_store_ps(tmp, exp8(_mm256_load_ps(tmp)));
+  std::memcpy(x, tmp, sizeof(float) * static_cast<std::size_t>(count));
+}
+
+// softmax_rows of attention_impl.h with vector max and sum over full groups of 8 (its scalar sum
+// does not vectorise without -ffast-math; the last n % 8 entries are added one by one after), in
+// three passes over each row: the max; the subtraction, exp and sum together; the normalisation.
 void softmax_rows_avx2(float* probs, int G, int n) {
   const int n8 = n / 8 * 8;
   for (int g = 0; g < G; ++g) {
@@ -160,14 +260,18 @@ void softmax_rows_avx2(float* probs, int G, int n) {
     float m = hmax8(m8);
     for (int j = n8; j < n; ++j) m = p[j] > m ? p[j] : m;
     const __m256 mx = _mm256_set1_ps(m);
-    for (int j = 0; j < n8; j += 8)
-      _mm256_storeu_ps(p + j, _mm256_sub_ps(_mm256_loadu_ps(p + j), mx));
-    for (int j = n8; j < n; ++j) p[j] -= m;
-    exp_inplace(p, n);
     __m256 s8 = _mm256_setzero_ps();
-    for (int j = 0; j < n8; j += 8) s8 = _mm256_add_ps(s8, _mm256_loadu_ps(p + j));
+    for (int j = 0; j < n8; j += 8) {
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + j), mx));
+      _mm256_storeu_ps(p + j, e);
+      s8 = _mm256_add_ps(s8, e);
+    }
     float sum = hsum8(s8);
-    for (int j = n8; j < n; ++j) sum += p[j];
+    if (n8 < n) {
+      for (int j = n8; j < n; ++j) p[j] -= m;
+      exp_tail(p + n8, n - n8);
+      for (int j = n8; j < n; ++j) sum += p[j];
+    }
     const float inv = 1.0f / sum;
     const __m256 inv8 = _mm256_set1_ps(inv);
     for (int j = 0; j < n8; j += 8)
@@ -176,34 +280,50 @@ void softmax_rows_avx2(float* probs, int G, int n) {
   }
 }
 
-// out[g][c0, c0 + 64) += sum_{j in [j0, j1)} probs[g][j] * values[j][c0, c0 + 64), row stride
-// row_bytes; `prefetch` on the first pass over the chunk.
-template <class R>
-void output_chunk(const float* p, const std::byte* values, std::size_t row_bytes, int c0, int j0,
-                  int j1, bool prefetch, float* o) {
+// Value rows per chunk of the output pass: a chunk's rows, as float32, are 16 KiB at d = 128, so
+// they stay in L1 while every head reads them.
+constexpr int kValueChunk = 32;
+
+// out[g][c0, c0 + 64) += sum_{j < rows} p[j] * vf[j][c0, c0 + 64), j in order; vf's rows are d
+// floats apart.
+inline void output_chunk(const float* p, const float* vf, int d, int rows, int c0, float* o) {
   __m256 acc[8];
   for (int c = 0; c < 8; ++c) acc[c] = _mm256_loadu_ps(o + c0 + c * 8);
-  for (int j = j0; j < j1; ++j) {
-    const std::byte* vj = values + static_cast<std::size_t>(j) * row_bytes;
-    if (prefetch)
-      for (int c = 0; c < 8; c += R::kPrefetchEvery)
-        prefetch_ahead(R::at(vj, c0 + c * 8), kPrefetchRows * row_bytes);
+  for (int j = 0; j < rows; ++j) {
+    const float* vj = vf + static_cast<std::size_t>(j) * static_cast<std::size_t>(d) + c0;
     const __m256 pj = _mm256_broadcast_ss(p + j);
-    for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pj, R::load8(vj, c0 + c * 8), acc[c]);
+    for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + c * 8), acc[c]);
   }
   for (int c = 0; c < 8; ++c) _mm256_storeu_ps(o + c0 + c * 8, acc[c]);
 }
 
-template <class R>
+// out[g] = sum_j probs[g][j] * values[j] over chunks of kValueChunk rows in order: each chunk is
+// read from memory once and widened to float32 (float32 rows are read where they lie), then every
+// head's products read it from L1. Each output is the same chain of FMAs, j ascending, as one
+// pass per head over the stored rows would make.
+template <KvDtype T>
 void output(const float* probs, int G, int d, int n, const std::byte* values, std::size_t row_bytes,
             float* out) {
+  using R = Row<T>;
   for (int k = 0; k < G * d; ++k) out[k] = 0.0f;
-  for (int j0 = 0; j0 < n; j0 += kPvChunk) {
-    const int j1 = n - j0 < kPvChunk ? n : j0 + kPvChunk;
+  alignas(32) float chunk[kValueChunk * 128];
+  for (int j0 = 0; j0 < n; j0 += kValueChunk) {
+    const int rows = n - j0 < kValueChunk ? n - j0 : kValueChunk;
+    const std::byte* first = values + static_cast<std::size_t>(j0) * row_bytes;
+    const float* vf = chunk;
+    for (int j = 0; j < rows; ++j) {
+      const std::byte* vj = first + static_cast<std::size_t>(j) * row_bytes;
+      for (int k = 0; k < d; k += 8) {
+        if ((k / 8) % R::kPrefetchEvery == 0)
+          prefetch_ahead(R::at(vj, k), kPrefetchRows * row_bytes);
+        if constexpr (T != KvDtype::f32) _mm256_store_ps(chunk + j * d + k, R::load8(vj, k));
+      }
+    }
+    if constexpr (T == KvDtype::f32) vf = reinterpret_cast<const float*>(first);
     for (int g = 0; g < G; ++g)
       for (int c0 = 0; c0 < d; c0 += 64)
-        output_chunk<R>(probs + static_cast<std::size_t>(g) * static_cast<std::size_t>(n), values,
-                        row_bytes, c0, j0, j1, g == 0, out + g * d);
+        output_chunk(probs + static_cast<std::size_t>(g) * static_cast<std::size_t>(n) + j0, vf, d,
+                     rows, c0, out + g * d);
   }
 }
 
@@ -251,13 +371,19 @@ void attention_typed(const float* q, int G, int d, const void* keys_v, const voi
     return;
   }
   const std::size_t row_bytes = kv_row_bytes(T, d);
-  if (d == 64) {
+  if (heads_in_lanes(G)) {
+    if (d == 64) {
+      scores_heads8<T, 64>(q, G, keys, row_bytes, n, scale, probs);
+    } else {
+      scores_heads8<T, 128>(q, G, keys, row_bytes, n, scale, probs);
+    }
+  } else if (d == 64) {
     scores<Lanes8, Row<T>, 64>(q, G, keys, row_bytes, n, scale, probs);
   } else {
     scores<Lanes8, Row<T>, 128>(q, G, keys, row_bytes, n, scale, probs);
   }
   softmax_rows_avx2(probs, G, n);
-  output<Row<T>>(probs, G, d, n, values, row_bytes, out);
+  output<T>(probs, G, d, n, values, row_bytes, out);
 }
 
 }  // namespace
@@ -281,7 +407,9 @@ KvDecodeFn kv_decode_avx2_fn() {
 }
 
 void vec_exp_avx2(float* x, int n) {
-  exp_inplace(x, n);
+  const int n8 = n / 8 * 8;
+  for (int j = 0; j < n8; j += 8) _mm256_storeu_ps(x + j, exp8(_mm256_loadu_ps(x + j)));
+  if (n8 < n) exp_tail(x + n8, n - n8);
 }
 
 }  // namespace rkv::kernels
