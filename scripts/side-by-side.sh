@@ -41,11 +41,19 @@
 #                to skip the full cache's fill at 16384 when only the budget's row is wanted
 #                there: that row's rkv columns then read "-", and the line under the table
 #                gives the budget's speed against rkv's full cache at depth 0)
+#   LLAMA_DEEP_ROUNDS
+#                the first rounds in which llama.cpp also decodes at the depths above the budget
+#                (default: every round; 1 fills its full cache to 16384 once, a quarter to half an
+#                hour per file on 2 cores; its figure there is then one round's, and says so)
+#   RKV_FILL     how rkv fills its cache to a depth at the budget: prefill (default: one prompt,
+#                compressed once at its end) or stream (batches of the buffer, each compressed as
+#                decoding does, so the cache never holds more than budget + buffer; bench-decode
+#                --fill); the decode measured after either reads the same number of entries
 #   THREADS      threads of both engines (default: nproc)
 #   LLAMA_COMMIT what to print as llama.cpp's commit (default: what llama-bench reports)
 set -euo pipefail
 if [ $# -lt 1 ]; then
-  sed -n '2,45p' "$0" >&2
+  sed -n '2,53p' "$0" >&2
   exit 2
 fi
 llama_bench=$1
@@ -60,6 +68,8 @@ n_gen=${N_GEN:-64}
 budget=${BUDGET:-1024}
 llama_fa=${LLAMA_FA:-0,1}
 full_depths=${RKV_FULL_DEPTHS:-$depths}
+llama_deep_rounds=${LLAMA_DEEP_ROUNDS:-$rounds}
+rkv_fill=${RKV_FILL:-prefill}
 threads=${THREADS:-$(nproc)}
 [ -x "$llama_bench" ] || { echo "side-by-side: $llama_bench is not an executable" >&2; exit 2; }
 [ -x "$rkv" ] || { echo "side-by-side: $rkv is not built (cmake --build build)" >&2; exit 2; }
@@ -69,6 +79,7 @@ trap 'rm -rf "$out"' EXIT
 
 # Depths above the budget: where a compressed cache differs from the full one.
 deep=$(python3 -c "import sys; print(','.join(d for d in sys.argv[1].split(',') if int(d) > int(sys.argv[2])))" "$depths" "$budget")
+shallow=$(python3 -c "import sys; print(','.join(d for d in sys.argv[1].split(',') if int(d) <= int(sys.argv[2])))" "$depths" "$budget")
 
 names=()
 for s in $shapes; do
@@ -88,7 +99,9 @@ for ((r = 1; r <= rounds; r++)); do
     echo "side-by-side: round $r/$rounds, $name: llama.cpp" >&2
     "$llama_bench" -m "$file" -t "$threads" -p "$n_prompt" -n 0 -fa "$llama_fa" -r 1 -o json \
       > "$out/$name.llama.pp.$r.json" 2>/dev/null
-    "$llama_bench" -m "$file" -t "$threads" -p 0 -n "$n_gen" -d "$depths" -fa "$llama_fa" -r 1 -o json \
+    llama_depths=$depths
+    if [ "$r" -gt "$llama_deep_rounds" ]; then llama_depths=$shallow; fi
+    "$llama_bench" -m "$file" -t "$threads" -p 0 -n "$n_gen" -d "$llama_depths" -fa "$llama_fa" -r 1 -o json \
       > "$out/$name.llama.tg.$r.json" 2>/dev/null
     echo "side-by-side: round $r/$rounds, $name: rkv" >&2
     "$rkv" bench-decode -m "$file" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$full_depths" -r 1 \
@@ -103,7 +116,7 @@ for ((r = 1; r <= rounds; r++)); do
     if [ -n "$deep" ]; then
       echo "side-by-side: round $r/$rounds, $name: rkv at budget $budget" >&2
       "$rkv" bench-decode -m "$file" -t "$threads" -p 0 -n "$n_gen" -d "$deep" -r 1 --no-limits \
-        --device cpu --kv-method rkv --kv-budget "$budget" --kv-buffer 128 \
+        --device cpu --kv-method rkv --kv-budget "$budget" --kv-buffer 128 --fill "$rkv_fill" \
         --json "$out/$name.budget.$r.json" >/dev/null 2>&1
     fi
   done
@@ -144,6 +157,13 @@ def rkv_rows(path):
             (row["tokens_per_second"], row.get("fraction_of_limit")) for row in data["results"]}, data
 
 med = statistics.median
+
+def llama_cell(values):
+    """llama.cpp's median, with its number of rounds where it ran in fewer (LLAMA_DEEP_ROUNDS)."""
+    if not values:
+        return "-"
+    return "%.1f" % med(values) + ("" if len(values) == rounds else " (%d round%s)" % (
+        len(values), "" if len(values) == 1 else "s"))
 pct = lambda x: "%.0f%%" % (100 * x) if x is not None else "-"
 limits = None
 table = []
@@ -165,14 +185,14 @@ for name in names:
                 runs.append({})
     # rkv's full-cache rows first, then depths only llama.cpp and the budget ran
     # (RKV_FULL_DEPTHS below DEPTHS)
-    keys = list(rk[0]) + sorted(k for k in ll[0] if k not in rk[0] and k in bd[0])
+    keys = list(rk[0]) + sorted(k for k in bd[0] if k not in rk[0])
     for key in keys:
-        lt = [ll[r][key] for r in range(rounds)]
+        lt = [ll[r][key] for r in range(rounds) if key in ll[r]]  # LLAMA_DEEP_ROUNDS
         budget_t = [bd[r][key][0] for r in range(rounds) if key in bd[r]]
         test = key[0] + ("" if key[0].startswith("pp") else " @ %d" % key[1])
         if key not in rk[0]:
-            table.append("| %s | %s | %.1f | - | - | - | - | %.1f |" % (
-                name, test, med(lt), med(budget_t)))
+            table.append("| %s | %s | %s | - | - | - | - | %.1f |" % (
+                name, test, llama_cell(lt), med(budget_t)))
             depth0 = [rk[r][(key[0], 0)][0] for r in range(rounds) if (key[0], 0) in rk[r]]
             if len(depth0) == rounds:
                 notes.append("%s: rkv at R-KV budget %s, %s: %.1f tokens/s, %.0f%% of rkv's full "
@@ -183,18 +203,20 @@ for name in names:
             continue
         rt = [rk[r][key][0] for r in range(rounds)]
         fr = [rk[r][key][1] for r in range(rounds)]
-        ratio = med([b / a for a, b in zip(lt, rt)])
+        both = [r for r in range(rounds) if key in ll[r]]  # the rounds llama.cpp ran this test
+        ratio = med([rk[r][key][0] / ll[r][key] for r in both]) if both else None
         rf = med(fr) if None not in fr else None
-        lf = rf * med(lt) / med(rt) if rf is not None else None
-        table.append("| %s | %s | %.1f | %s | %.1f | %s | %.2f | %s |" % (
-            name, test, med(lt), pct(lf), med(rt), pct(rf), ratio,
+        lf = rf * med(lt) / med(rt) if rf is not None and lt else None
+        table.append("| %s | %s | %s | %s | %.1f | %s | %s | %s |" % (
+            name, test, llama_cell(lt), pct(lf), med(rt), pct(rf),
+            "%.2f" % ratio if ratio is not None else "-",
             "%.1f" % med(budget_t) if budget_t else "-"))
         if key in rd[0]:
             qt = [rd[r][key][0] for r in range(rounds)]
             qf = rf * med(qt) / med(rt) if rf is not None else None
-            table.append("| %s | %s, rkv `--matmul-precision llamacpp` | %.1f | %s | %.1f | %s | %.2f | - |" % (
-                name, test, med(lt), pct(lf), med(qt), pct(qf),
-                med([b / a for a, b in zip(lt, qt)])))
+            table.append("| %s | %s, rkv `--matmul-precision llamacpp` | %s | %s | %.1f | %s | %.2f | - |" % (
+                name, test, llama_cell(lt), pct(lf), med(qt), pct(qf),
+                med([rd[r][key][0] / ll[r][key] for r in both])))
 print("rkv beside llama.cpp: %s; ISA: %s; %s threads; rkv %s; llama.cpp %s; %s; %d rounds, medians."
       % (cpu, isa, threads, rkv_commit, llama_commit or "unknown", started, rounds))
 if limits:

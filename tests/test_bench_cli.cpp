@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <tuple>
 
 #include "core/svg_plot.h"
 #include "model/random_checkpoint.h"
@@ -102,6 +103,41 @@ TEST(BenchDecodeCli, PromptAloneAndPlainCountErrors) {
     EXPECT_NE(out.find("must be an integer >= "), std::string::npos) << flag << ": " << out;
     EXPECT_EQ(out.find("e+308"), std::string::npos) << out;
   }
+  fs::remove_all(dir);
+}
+
+// --fill stream compresses where decoding's trigger would, prefill once at the end; hand-worked
+// on the tiny shape's 4 layers, R-KV budget 32, buffer 16, depth 100, 4 decoded tokens:
+//  * prefill: one compression of each layer (100 -> 32 entries), then 4 entries: 36;
+//  * stream: batches end at 16, 32, ..., 96; the layers hold more than the budget at 48, 64, 80
+//    and 96 (4 compressions of 4 layers), the last batch (96-99) and the 4 decoded tokens add 8
+//    entries to the 32 kept: 40.
+TEST(BenchDecodeCli, StreamFillCompressesWhereDecodingWould) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("rkv-bench-decode-fill-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  RandomCheckpointOptions options;
+  options.shape = "tiny";
+  write_random_checkpoint(dir / "model", options);
+  const std::string base = test::rkv_binary() + " bench-decode -m " + (dir / "model").string() +
+                           " -t 1 --no-limits -p 0 -n 4 -d 100 --kv-method rkv --kv-budget 32 "
+                           "--kv-buffer 16 ";
+  const std::string json = (dir / "r.json").string();
+  for (const auto& [fill, compressions, entries] :
+       {std::tuple{"prefill", 4, 36}, std::tuple{"stream", 16, 40}}) {
+    ASSERT_EQ(
+        std::system((base + "--fill " + fill + " --json " + json + " >/dev/null 2>&1").c_str()), 0)
+        << fill;
+    const auto out = test::read_json(json);
+    EXPECT_EQ(out["fill"], fill);
+    const auto row = out["results"].at(0);
+    EXPECT_EQ(row["test"], "tg4") << fill;
+    EXPECT_EQ(row["compressions"].get<int>(), compressions) << fill;
+    EXPECT_EQ(row["entries_per_head"].get<int>(), entries) << fill;
+  }
+  std::string err;
+  EXPECT_NE(test::run_command(base + "--fill decode 2>&1", err), 0);
+  EXPECT_NE(err.find("--fill"), std::string::npos) << err;
   fs::remove_all(dir);
 }
 

@@ -286,15 +286,28 @@ constexpr int kValueChunk = 32;
 
 // out[g][c0, c0 + 64) += sum_{j < rows} p[j] * vf[j][c0, c0 + 64), j in order; vf's rows are d
 // floats apart.
-inline void output_chunk(const float* p, const float* vf, int d, int rows, int c0, float* o) {
-  __m256 acc[8];
-  for (int c = 0; c < 8; ++c) acc[c] = _mm256_loadu_ps(o + c0 + c * 8);
+template <int GB>
+inline void output_chunk(const float* probs, int n, int g0, const float* vf, int d, int rows,
+                         int c0, float* out) {
+  __m256 acc[GB][4];
+  const float* p[GB];
+  for (int g = 0; g < GB; ++g) {
+    const float* o = out + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(d) + c0;
+    for (int c = 0; c < 4; ++c) acc[g][c] = _mm256_loadu_ps(o + c * 8);
+    p[g] = probs + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(n);
+  }
   for (int j = 0; j < rows; ++j) {
     const float* vj = vf + static_cast<std::size_t>(j) * static_cast<std::size_t>(d) + c0;
-    const __m256 pj = _mm256_broadcast_ss(p + j);
-    for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + c * 8), acc[c]);
+    for (int g = 0; g < GB; ++g) {
+      const __m256 pj = _mm256_broadcast_ss(p[g] + j);
+      for (int c = 0; c < 4; ++c)
+        acc[g][c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + c * 8), acc[g][c]);
+    }
   }
-  for (int c = 0; c < 8; ++c) _mm256_storeu_ps(o + c0 + c * 8, acc[c]);
+  for (int g = 0; g < GB; ++g) {
+    float* o = out + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(d) + c0;
+    for (int c = 0; c < 4; ++c) _mm256_storeu_ps(o + c * 8, acc[g][c]);
+  }
 }
 
 // out[g] = sum_j probs[g][j] * values[j] over chunks of kValueChunk rows in order: each chunk is
@@ -320,10 +333,12 @@ void output(const float* probs, int G, int d, int n, const std::byte* values, st
       }
     }
     if constexpr (T == KvDtype::f32) vf = reinterpret_cast<const float*>(first);
-    for (int g = 0; g < G; ++g)
-      for (int c0 = 0; c0 < d; c0 += 64)
-        output_chunk(probs + static_cast<std::size_t>(g) * static_cast<std::size_t>(n) + j0, vf, d,
-                     rows, c0, out + g * d);
+    for (int c0 = 0; c0 < d; c0 += 32) {
+      int g0 = 0;
+      for (; g0 + 3 <= G; g0 += 3) output_chunk<3>(probs + j0, n, g0, vf, d, rows, c0, out);
+      if (G - g0 == 2) output_chunk<2>(probs + j0, n, g0, vf, d, rows, c0, out);
+      if (G - g0 == 1) output_chunk<1>(probs + j0, n, g0, vf, d, rows, c0, out);
+    }
   }
 }
 

@@ -38,6 +38,7 @@ struct Args {
   int threads = 1;
   bool no_limits = false;
   bool no_warmup = false;
+  std::string fill = "prefill";
   std::string json_out;
   std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
 };
@@ -62,6 +63,14 @@ void setup(CLI::App& app) {
   add_flag_option(app, "-r,--repetitions", args->repetitions,
                   "Repetitions of each test (the best is reported)")
       ->check(at_least(1));
+  add_flag_option(app, "--fill", args->fill,
+                  "How the cache is filled to each depth before its decode test: prefill "
+                  "(batches of 512 tokens, then one compression, as a prompt is) or stream "
+                  "(batches of --kv-buffer tokens, each followed by the compression decoding "
+                  "makes there, as a long generation is: a compressing method's cache never "
+                  "holds more than budget + buffer, so deep fills take minutes, not tens of "
+                  "them; the decode test then reads the same number of entries)")
+      ->check(CLI::IsMember({"prefill", "stream"}));
   add_flag_option(app, "--json", args->json_out, "Also write the results to this JSON file");
   app.add_flag("--no-warmup", args->no_warmup,
                "Skip the untimed warm-up before the tests (as llama-bench: one prompt of the "
@@ -207,23 +216,32 @@ void setup(CLI::App& app) {
       std::int64_t compressions = 0;
       int entries = 0;
       for (int rep = 0; rep < args->repetitions; ++rep) {
-        const std::unique_ptr<KvMemory> owned = new_memory(depth, args->n_gen);
+        // A streamed fill's tokens arrive as generated ones do: the cache is sized as for them.
+        const bool stream = args->fill == "stream" && kv_params.info().compresses;
+        const std::unique_ptr<KvMemory> owned =
+            stream ? new_memory(0, depth + args->n_gen) : new_memory(depth, args->n_gen);
         KvMemory& memory = *owned;
         KvMemory* const memories[] = {&memory};
         const KvCache& cache = memory.cache();
         if (depth > 0) {
-          std::fprintf(stderr, "bench-decode: filling the cache to depth %d...\n", depth);
+          std::fprintf(stderr, "bench-decode: filling the cache to depth %d (%s)...\n", depth,
+                       stream ? "streamed" : "prefill");
           const std::vector<int> fill = random_tokens(depth);
           std::vector<ForwardRow> rows;
           std::vector<KvMemory*> row_memory;
-          for (int begin = 0; begin < depth; begin += 512) {
+          // stream: a batch of `buffer` tokens ends where decoding's trigger fires (every
+          // buffer tokens), and the compression follows it; a last, shorter batch has none.
+          const int batch = stream ? kv_params.buffer : 512;
+          for (int begin = 0; begin < depth; begin += batch) {
             rows.clear();
-            for (int p = begin; p < std::min(depth, begin + 512); ++p)
+            const int end = std::min(depth, begin + batch);
+            for (int p = begin; p < end; ++p)
               rows.push_back({memory.cache_for_appends(), fill[static_cast<std::size_t>(p)], p});
             row_memory.assign(rows.size(), &memory);
             runner.run(rows, row_memory, nullptr);
+            if (stream && end % batch == 0) memory.compress_all_layers(end, &pool);
           }
-          memory.compress_all_layers(depth, &pool);
+          if (!stream) memory.compress_all_layers(depth, &pool);
         }
         int token = static_cast<int>(rng.next() % static_cast<std::uint64_t>(c.vocab_size));
         const double compress_before = memory.compression_seconds();
@@ -262,6 +280,7 @@ void setup(CLI::App& app) {
         results.back()["compression_seconds"] = best_compress;
         results.back()["compressions"] = compressions;
         results.back()["compression_share"] = best_compress / best;
+        results.back()["entries_per_head"] = entries;
       }
     }
     if (!args->json_out.empty()) {
@@ -277,6 +296,7 @@ void setup(CLI::App& app) {
                             {"device", std::string(device_name(model->device()))},
                             {"matmul_precision", args->matmul_precision},
                             {"attention_precision", args->attention_precision},
+                            {"fill", args->fill},
                             {"results", results}};
       if (limits)
         out["machine_limits"] = {{"read_gb_per_s", limits->read_gb_per_s},
