@@ -84,6 +84,19 @@ struct Row<KvDtype::q8_0> {
   }
 };
 
+// probs[g][j0, j0 + rows) = the first `rows` lanes of v (rows <= 8).
+inline void store_scores(__m256 v, float* probs, int n, int g, int j0, int rows) {
+  float* dst = probs + static_cast<std::size_t>(g) * static_cast<std::size_t>(n) +
+               static_cast<std::size_t>(j0);
+  if (rows == 8) {
+    _mm256_storeu_ps(dst, v);
+  } else {
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, v);
+    for (int i = 0; i < rows; ++i) dst[i] = tmp[i];
+  }
+}
+
 // The width-specific part of the blocked kernel (see attention_blocked.h).
 struct Lanes8 {
   static constexpr int kLanes = 8;
@@ -121,18 +134,7 @@ struct Lanes8 {
         acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + (g0 + g) * D + k), kv, acc[g]);
     }
     const __m256 s = _mm256_set1_ps(scale);
-    for (int g = 0; g < GB; ++g) {
-      float* dst = probs + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(n) +
-                   static_cast<std::size_t>(j0);
-      const __m256 v = _mm256_mul_ps(acc[g], s);
-      if (rows == 8) {
-        _mm256_storeu_ps(dst, v);
-      } else {
-        alignas(32) float tmp[8];
-        _mm256_store_ps(tmp, v);
-        for (int i = 0; i < rows; ++i) dst[i] = tmp[i];
-      }
-    }
+    for (int g = 0; g < GB; ++g) store_scores(_mm256_mul_ps(acc[g], s), probs, n, g0 + g, j0, rows);
   }
 };
 
@@ -186,18 +188,8 @@ void scores_heads8(const float* q, int G, const std::byte* keys, std::size_t row
       }
       transpose8x8(acc);  // acc[g]: head g0 + g, lanes over the block's keys
       const int gb = G - g0 < 8 ? G - g0 : 8;
-      for (int g = 0; g < gb; ++g) {
-        float* dst = probs + static_cast<std::size_t>(g0 + g) * static_cast<std::size_t>(n) +
-                     static_cast<std::size_t>(j0);
-        const __m256 v = _mm256_mul_ps(acc[g], s);
-        if (rows == 8) {
-          _mm256_storeu_ps(dst, v);
-        } else {
-          alignas(32) float tmp[8];
-          _mm256_store_ps(tmp, v);
-          for (int i = 0; i < rows; ++i) dst[i] = tmp[i];
-        }
-      }
+      for (int g = 0; g < gb; ++g)
+        store_scores(_mm256_mul_ps(acc[g], s), probs, n, g0 + g, j0, rows);
     }
   }
 }
