@@ -4,12 +4,17 @@
 // One query token's G heads against one KV head's cache (attention.h). Head sizes 64 and 128
 // take the blocked path; other sizes take attention_impl.h's loops.
 //
-//  * scores: blocks of 8 keys are transposed (8x8 per 8 dimensions) into kt[d][8], so that one
-//    FMA per dimension advances 8 scores of one head, with no horizontal sums; the block is read
-//    from memory once and reused from L1 by every head.
+//  * scores, G a multiple of 8 or one short of it (scores_heads8): the query heads in the lanes;
+//    each block of 8 key rows is widened to float32 once, one FMA per key and dimension advances
+//    that key's 8 heads, and the block's 8 x 8 sums are transposed once.
+//  * scores, other G: blocks of 8 keys are transposed (8x8 per 8 dimensions) into kt[d][8], so
+//    that one FMA per dimension advances 8 scores of one head, with no horizontal sums; the block
+//    is read from memory once and reused from L1 by every head.
 //  * softmax: float32 with vector max, exp and sum.
 //  * output: chunks of kValueChunk value rows, each widened to float32 once into an L1 buffer;
-//    then one head and 64 dimensions at a time (8 accumulators) over the buffer.
+//    then 3 heads and 32 dimensions at a time (12 accumulators) over the buffer.
+//  Both score paths (and every output grouping) make each sum the same chain of FMAs in the same
+//  order (greedy ids of whole models did not change when these paths replaced the old ones).
 //  * cache dtypes: every read of 8 keys or values goes through a Row loader that widens the
 //    stored type to float32 in registers (as attention_avx512.cpp does).
 
@@ -276,8 +281,8 @@ void softmax_rows_avx2(float* probs, int G, int n) {
 // they stay in L1 while every head reads them.
 constexpr int kValueChunk = 32;
 
-// out[g][c0, c0 + 64) += sum_{j < rows} p[j] * vf[j][c0, c0 + 64), j in order; vf's rows are d
-// floats apart.
+// out[g][c0, c0 + 32) += sum_{j < rows} probs[g][j] * vf[j][c0, c0 + 32) for the GB heads g0 ..
+// g0 + GB - 1 (12 chains of FMAs at GB = 3), j in order; vf's rows are d floats apart.
 template <int GB>
 inline void output_chunk(const float* probs, int n, int g0, const float* vf, int d, int rows,
                          int c0, float* out) {
