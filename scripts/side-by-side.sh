@@ -101,8 +101,12 @@ for ((r = 1; r <= rounds; r++)); do
       > "$out/$name.llama.pp.$r.json" 2>/dev/null
     llama_depths=$depths
     if [ "$r" -gt "$llama_deep_rounds" ]; then llama_depths=$shallow; fi
-    "$llama_bench" -m "$file" -t "$threads" -p 0 -n "$n_gen" -d "$llama_depths" -fa "$llama_fa" -r 1 -o json \
-      > "$out/$name.llama.tg.$r.json" 2>/dev/null
+    if [ -n "$llama_depths" ]; then
+      "$llama_bench" -m "$file" -t "$threads" -p 0 -n "$n_gen" -d "$llama_depths" -fa "$llama_fa" -r 1 -o json \
+        > "$out/$name.llama.tg.$r.json" 2>/dev/null
+    else  # every depth is above the budget and this round leaves them out
+      echo "[]" > "$out/$name.llama.tg.$r.json"
+    fi
     echo "side-by-side: round $r/$rounds, $name: rkv" >&2
     "$rkv" bench-decode -m "$file" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$full_depths" -r 1 \
       --device cpu --json "$out/$name.rkv.$r.json" >/dev/null 2>&1
