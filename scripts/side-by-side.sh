@@ -43,17 +43,19 @@
 #                gives the budget's speed against rkv's full cache at depth 0)
 #   LLAMA_DEEP_ROUNDS
 #                the first rounds in which llama.cpp also decodes at the depths above the budget
-#                (default: every round; 1 fills its full cache to 16384 once, a quarter to half an
-#                hour per file on 2 cores; its figure there is then one round's, and says so)
+#                (default: every round; 1 fills its full cache to 16384 once, about 17 minutes
+#                for the Qwen3-30B-A3B file on the 2-core AVX2 machine of docs/PERFORMANCE.md;
+#                its figure there is then one round's, and says so)
 #   RKV_FILL     how rkv fills its cache to a depth at the budget: prefill (default: one prompt,
 #                compressed once at its end) or stream (batches of the buffer, each compressed as
 #                decoding does, so the cache never holds more than budget + buffer; bench-decode
-#                --fill); the decode measured after either reads the same number of entries
+#                --fill); at a depth that is a multiple of 128 (the buffer) the decode measured
+#                after either reads the same number of entries
 #   THREADS      threads of both engines (default: nproc)
 #   LLAMA_COMMIT what to print as llama.cpp's commit (default: what llama-bench reports)
 set -euo pipefail
 if [ $# -lt 1 ]; then
-  sed -n '2,53p' "$0" >&2
+  sed -n '2,55p' "$0" >&2
   exit 2
 fi
 llama_bench=$1

@@ -106,39 +106,39 @@ TEST(BenchDecodeCli, PromptAloneAndPlainCountErrors) {
   fs::remove_all(dir);
 }
 
-// --fill stream compresses where decoding's trigger would, prefill once at the end; hand-worked
-// on the tiny shape's 4 layers, R-KV budget 32, buffer 16, depth 100, 4 decoded tokens:
-//  * prefill: one compression of each layer (100 -> 32 entries), then 4 entries: 36;
-//  * stream: batches end at 16, 32, ..., 96; the layers hold more than the budget at 48, 64, 80
-//    and 96 (4 compressions of 4 layers), the last batch (96-99) and the 4 decoded tokens add 8
-//    entries to the 32 kept: 40.
+// --fill stream compresses where decoding's every-buffer trigger would, prefill once at the end;
+// hand-worked on the tiny shape's 4 layers, R-KV budget 32, buffer 16, 4 decoded tokens:
+//  * depth 100, prefill: one compression of each layer (100 -> 32 entries), then 4 entries: 36;
+//  * depth 100, stream: batches end at 16, 32, ..., 96; the layers hold more than the budget at
+//    48, 64, 80 and 96 (4 compressions of 4 layers), the last batch (96-99) and the 4 decoded
+//    tokens add 8 entries to the 32 kept: 40;
+//  * depth 96, a multiple of the buffer: the same 4 x 4 compressions, the last at 96, and then
+//    the 4 decoded tokens: 36, as after prefill (one compression of each layer, 96 -> 32).
 TEST(BenchDecodeCli, StreamFillCompressesWhereDecodingWould) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("rkv-bench-decode-fill-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  const test::TempDir dir("bench-decode-fill");
   RandomCheckpointOptions options;
   options.shape = "tiny";
-  write_random_checkpoint(dir / "model", options);
-  const std::string base = test::rkv_binary() + " bench-decode -m " + (dir / "model").string() +
-                           " -t 1 --no-limits -p 0 -n 4 -d 100 --kv-method rkv --kv-budget 32 "
+  write_random_checkpoint(dir.path() / "model", options);
+  const std::string base = test::rkv_binary() + " bench-decode -m " +
+                           (dir.path() / "model").string() +
+                           " -t 1 --no-limits -p 0 -n 4 --kv-method rkv --kv-budget 32 "
                            "--kv-buffer 16 ";
-  const std::string json = (dir / "r.json").string();
-  for (const auto& [fill, compressions, entries] :
-       {std::tuple{"prefill", 4, 36}, std::tuple{"stream", 16, 40}}) {
-    ASSERT_EQ(
-        std::system((base + "--fill " + fill + " --json " + json + " >/dev/null 2>&1").c_str()), 0)
-        << fill;
+  const std::string json = (dir.path() / "r.json").string();
+  for (const auto& [fill, depth, compressions, entries] :
+       {std::tuple{"prefill", 100, 4, 36}, std::tuple{"stream", 100, 16, 40},
+        std::tuple{"prefill", 96, 4, 36}, std::tuple{"stream", 96, 16, 36}}) {
+    const std::string run = base + "-d " + std::to_string(depth) + " --fill " + fill;
+    ASSERT_EQ(std::system((run + " --json " + json + " >/dev/null 2>&1").c_str()), 0) << run;
     const auto out = test::read_json(json);
     EXPECT_EQ(out["fill"], fill);
     const auto row = out["results"].at(0);
-    EXPECT_EQ(row["test"], "tg4") << fill;
-    EXPECT_EQ(row["compressions"].get<int>(), compressions) << fill;
-    EXPECT_EQ(row["entries_per_head"].get<int>(), entries) << fill;
+    EXPECT_EQ(row["test"], "tg4") << run;
+    EXPECT_EQ(row["compressions"].get<int>(), compressions) << run;
+    EXPECT_EQ(row["entries_per_head"].get<int>(), entries) << run;
   }
   std::string err;
-  EXPECT_NE(test::run_command(base + "--fill decode 2>&1", err), 0);
+  EXPECT_NE(test::run_command(base + "-d 100 --fill decode 2>&1", err), 0);
   EXPECT_NE(err.find("--fill"), std::string::npos) << err;
-  fs::remove_all(dir);
 }
 
 TEST(SvgPlot, DrawsEverySeriesWithItsPoints) {

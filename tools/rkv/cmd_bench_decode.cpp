@@ -66,10 +66,11 @@ void setup(CLI::App& app) {
   add_flag_option(app, "--fill", args->fill,
                   "How the cache is filled to each depth before its decode test: prefill "
                   "(batches of 512 tokens, then one compression, as a prompt is) or stream "
-                  "(batches of --kv-buffer tokens, each followed by the compression decoding "
-                  "makes there, as a long generation is: a compressing method's cache never "
-                  "holds more than budget + buffer, so deep fills take minutes, not tens of "
-                  "them; the decode test then reads the same number of entries)")
+                  "(batches of --kv-buffer tokens, each followed by a compression, as decoding "
+                  "with the default every-buffer trigger does, whatever --kv-trigger says: a "
+                  "compressing method's cache never holds more than budget + buffer, so the "
+                  "fill's attention never spans the whole depth; at a depth that is a multiple "
+                  "of the buffer the decode test then reads as many entries as after prefill)")
       ->check(CLI::IsMember({"prefill", "stream"}));
   add_flag_option(app, "--json", args->json_out, "Also write the results to this JSON file");
   app.add_flag("--no-warmup", args->no_warmup,
@@ -211,13 +212,14 @@ void setup(CLI::App& app) {
       const ForwardRow row{memory.cache_for_appends(), 0, 0, true};
       runner.run({&row, 1}, memories, logits.data());
     }
+    // --fill stream (for a method that compresses; any other fills as prefill does).
+    const bool stream = args->fill == "stream" && kv_params.info().compresses;
     for (int depth : args->n_gen > 0 ? depths : std::vector<int>{}) {
       double best = 1e30, best_compress = 0.0, best_bytes = 0.0;
       std::int64_t compressions = 0;
       int entries = 0;
       for (int rep = 0; rep < args->repetitions; ++rep) {
         // A streamed fill's tokens arrive as generated ones do: the cache is sized as for them.
-        const bool stream = args->fill == "stream" && kv_params.info().compresses;
         const std::unique_ptr<KvMemory> owned =
             stream ? new_memory(0, depth + args->n_gen) : new_memory(depth, args->n_gen);
         KvMemory& memory = *owned;
