@@ -313,8 +313,8 @@ inline void output_chunk(const float* probs, int n, int g0, const float* vf, int
 // read from memory once and widened to float32 (float32 rows are read where they lie), then every
 // head's products read it from L1. Each output is the same chain of FMAs, j ascending, as one
 // pass per head over the stored rows would make.
-template <KvDtype T>
-void output(const float* probs, int G, int d, int n, const std::byte* values, std::size_t row_bytes,
+template <KvDtype T, int d>
+void output(const float* probs, int G, int n, const std::byte* values, std::size_t row_bytes,
             float* out) {
   using R = Row<T>;
   for (int k = 0; k < G * d; ++k) out[k] = 0.0f;
@@ -397,7 +397,11 @@ void attention_typed(const float* q, int G, int d, const void* keys_v, const voi
     scores<Lanes8, Row<T>, 128>(q, G, keys, row_bytes, n, scale, probs);
   }
   softmax_rows_avx2(probs, G, n);
-  output<T>(probs, G, d, n, values, row_bytes, out);
+  if (d == 64) {
+    output<T, 64>(probs, G, n, values, row_bytes, out);
+  } else {
+    output<T, 128>(probs, G, n, values, row_bytes, out);
+  }
 }
 
 }  // namespace
