@@ -91,8 +91,8 @@ struct Row<KvDtype::q8_0> {
 
 // probs[g][j0, j0 + rows) = the first `rows` lanes of v (rows <= 8). A partial block is one
 // masked store: with a copy through an aligned stack buffer here instead, GCC 12 kept the score
-// loops' accumulators on the stack, storing each after every FMA (40% slower at G 6 and 8,
-// d 128; the inline copies this replaced did not do that, by luck).
+// loops' accumulators on the stack, storing each after every FMA (34-44% slower at G 6, 7 and
+// 8 in rkv_bench; the inline copies this replaced did not do that, by luck).
 inline void store_scores(__m256 v, float* probs, int n, int g, int j0, int rows) {
   float* dst = probs + static_cast<std::size_t>(g) * static_cast<std::size_t>(n) +
                static_cast<std::size_t>(j0);
@@ -318,7 +318,7 @@ void output(const float* probs, int G, int n, const std::byte* values, std::size
             float* out) {
   using R = Row<T>;
   for (int k = 0; k < G * d; ++k) out[k] = 0.0f;
-  alignas(32) float chunk[kValueChunk * 128];
+  alignas(32) float chunk[kValueChunk * d];
   for (int j0 = 0; j0 < n; j0 += kValueChunk) {
     const int rows = n - j0 < kValueChunk ? n - j0 : kValueChunk;
     const std::byte* first = values + static_cast<std::size_t>(j0) * row_bytes;
@@ -370,6 +370,20 @@ void kv_decode_avx2(KvDtype dtype, const void* rows, std::size_t n, int d, float
   }
 }
 
+// The blocked path for head size D (64 or 128): scores, softmax, output.
+template <KvDtype T, int D>
+void attention_blocked(const float* q, int G, const std::byte* keys, const std::byte* values, int n,
+                       float scale, float* out, float* probs) {
+  const std::size_t row_bytes = kv_row_bytes(T, D);
+  if (heads_in_lanes(G)) {
+    scores_heads8<T, D>(q, G, keys, row_bytes, n, scale, probs);
+  } else {
+    scores<Lanes8, Row<T>, D>(q, G, keys, row_bytes, n, scale, probs);
+  }
+  softmax_rows_avx2(probs, G, n);
+  output<T, D>(probs, G, n, values, row_bytes, out);
+}
+
 template <KvDtype T>
 void attention_typed(const float* q, int G, int d, const void* keys_v, const void* values_v, int n,
                      float scale, float* out, float* probs) {
@@ -384,23 +398,10 @@ void attention_typed(const float* q, int G, int d, const void* keys_v, const voi
     }
     return;
   }
-  const std::size_t row_bytes = kv_row_bytes(T, d);
-  if (heads_in_lanes(G)) {
-    if (d == 64) {
-      scores_heads8<T, 64>(q, G, keys, row_bytes, n, scale, probs);
-    } else {
-      scores_heads8<T, 128>(q, G, keys, row_bytes, n, scale, probs);
-    }
-  } else if (d == 64) {
-    scores<Lanes8, Row<T>, 64>(q, G, keys, row_bytes, n, scale, probs);
-  } else {
-    scores<Lanes8, Row<T>, 128>(q, G, keys, row_bytes, n, scale, probs);
-  }
-  softmax_rows_avx2(probs, G, n);
   if (d == 64) {
-    output<T, 64>(probs, G, n, values, row_bytes, out);
+    attention_blocked<T, 64>(q, G, keys, values, n, scale, out, probs);
   } else {
-    output<T, 128>(probs, G, n, values, row_bytes, out);
+    attention_blocked<T, 128>(q, G, keys, values, n, scale, out, probs);
   }
 }
 
