@@ -24,6 +24,7 @@
 
 #include <immintrin.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -151,11 +152,44 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
 // vector and the odd blocks in another, by FMA of (activation scale x E8M0 scale) with the eight
 // int32 sums of four products; the two vectors are added, then summed horizontally, and an odd
 // last block is added after that as a scalar, scale x integer sum. (Two accumulators per output
-// would be 32 vectors for 4 x 4 tiles; Tile::run gives this R <= 2.)
+// would be 32 vectors for 4 x 4 tiles; Tile::run gives this R <= 2, or R = 4 against one
+// activation row.)
+//
+// The same float operations as ggml's, fewer instructions to get there (rkv_bench QuantMatmul
+// T1 mxfp4 was compute-bound at about half the read bandwidth):
+// - the E8M0 scale comes from a 256-entry table (kE8m0Half) by a load that broadcasts it, and
+//   is multiplied by the activation scale in all eight lanes (the same product, rounded once);
+// - the block's 16 bytes are broadcast to both halves of a register by the load, and one
+//   variable shift puts the high nibbles in the high half (nibbles_broadcast);
+// - against one activation row, the codes map to their values plus 12 (kMxfp4Plus12, 0..24,
+//   unsigned), so vpmaddubsw takes them straight, and 12 x the activations' four-element sums
+//   (computed once per block for all R rows) comes off each int32 sum: the same integers as the
+//   sign trick's, without its vpabsb and vpsignb per row.
+constexpr std::array<float, 256> kE8m0Half = [] {
+  std::array<float, 256> t{};
+  for (int e = 0; e < 256; ++e)
+    t[static_cast<std::size_t>(e)] = quant::e8m0_half(static_cast<std::uint8_t>(e));
+  return t;
+}();
+
+inline __m256i mxfp4_plus12() {
+  alignas(16) static constexpr std::int8_t kMxfp4Plus12[16] = {12, 13, 14, 15, 16, 18, 20, 24,
+                                                               12, 11, 10, 9,  8,  6,  4,  0};
+  return _mm256_broadcastsi128_si256(
+      _mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Plus12)));
+}
+
+// nibbles(p) by a broadcasting load, a variable shift and a mask (no cross-lane insert).
+inline __m256i nibbles_broadcast(const std::uint8_t* p) {
+  const __m256i b =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_and_si256(_mm256_srlv_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                          _mm256_set1_epi8(0x0F));
+}
+
 template <int R, int TT>
 void tile_mxfp4(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x,
                 std::size_t K, std::size_t t0, float* y, std::size_t ldy) {
-  constexpr DType D = DType::MXFP4;
   const std::size_t nb = K / 32;
   const std::size_t pf = kPrefetchRows * rb;
   __m256 acc[R][TT][2];
@@ -164,26 +198,38 @@ void tile_mxfp4(const std::uint8_t* w, std::size_t rb, const quant::ActivationBl
   const std::int8_t* xq = x.q + t0 * K;
   const float* xd = x.d + t0 * nb;
   const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i values = TT == 1 ? mxfp4_plus12() : mxfp4_values();
   std::size_t b = 0;
   for (; b + 1 < nb; b += 2) {
     for (int r = 0; r < R; ++r) prefetch_ahead(w + r * rb + b * 17, pf);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       __m256i xv[TT];
-      float dx[TT];
+      __m256 dx[TT];
       for (int t = 0; t < TT; ++t) {
         xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * K + (b + h) * 32));
-        dx[t] = xd[t * nb + b + h];
+        dx[t] = _mm256_broadcast_ss(xd + t * nb + b + h);
       }
+      __m256i c12{};  // TT == 1: 12 x the activations' sums of four
+      if constexpr (TT == 1)
+        c12 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(12), xv[0]), ones);
       for (int r = 0; r < R; ++r) {
-        Dec d;
-        decode<D>(w + r * rb, b + h, d);
-        const __m256i aq = _mm256_abs_epi8(d.q);
-        for (int t = 0; t < TT; ++t) {
+        const std::uint8_t* blk = w + r * rb + (b + h) * 17;
+        const __m256i q = _mm256_shuffle_epi8(values, nibbles_broadcast(blk + 1));
+        const __m256 f = _mm256_broadcast_ss(&kE8m0Half[blk[0]]);
+        if constexpr (TT == 1) {
           const __m256i p =
-              _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv[t], d.q)), ones);
-          acc[r][t][h] =
-              _mm256_fmadd_ps(_mm256_set1_ps(d.f * dx[t]), _mm256_cvtepi32_ps(p), acc[r][t][h]);
+              _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q, xv[0]), ones), c12);
+          acc[r][0][h] =
+              _mm256_fmadd_ps(_mm256_mul_ps(f, dx[0]), _mm256_cvtepi32_ps(p), acc[r][0][h]);
+        } else {
+          const __m256i aq = _mm256_abs_epi8(q);
+          for (int t = 0; t < TT; ++t) {
+            const __m256i p =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv[t], q)), ones);
+            acc[r][t][h] =
+                _mm256_fmadd_ps(_mm256_mul_ps(f, dx[t]), _mm256_cvtepi32_ps(p), acc[r][t][h]);
+          }
         }
       }
     }
@@ -193,7 +239,7 @@ void tile_mxfp4(const std::uint8_t* w, std::size_t rb, const quant::ActivationBl
   if (b < nb) {  // the odd last block
     for (int r = 0; r < R; ++r) {
       Dec d;
-      decode<D>(w + r * rb, b, d);
+      decode<DType::MXFP4>(w + r * rb, b, d);
       const __m256i aq = _mm256_abs_epi8(d.q);
       for (int t = 0; t < TT; ++t) {
         const __m256i xv =
@@ -365,7 +411,7 @@ struct Tile {
         tile_k<D, R, TT>(w, rb, x, K, t0, y, ldy);
       }
     } else if constexpr (D == DType::MXFP4) {
-      if constexpr (R > 2) {
+      if constexpr (R > 2 && TT > 1) {
         static_assert(R % 2 == 0);
         for (int r = 0; r < R; r += 2) tile_mxfp4<2, TT>(w + r * rb, rb, x, K, t0, y + r, ldy);
       } else {
