@@ -60,10 +60,13 @@ struct Dec {
 };
 
 // The 32 nibbles of 16 bytes: low nibbles in the low 128 bits (elements 0-15), high in the high.
+// The load broadcasts the bytes to both halves and one variable shift moves the high half's
+// nibbles down (no cross-lane insert: fewer instructions on the shuffle ports).
 inline __m256i nibbles(const std::uint8_t* p) {
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+  const __m256i b =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_and_si256(_mm256_srlv_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                          _mm256_set1_epi8(0x0F));
 }
 
 // 0xF0 in byte k where bit k of the 32-bit word is clear, 0 where it is set: OR-ed into a
@@ -75,6 +78,17 @@ inline __m256i q5_offsets(std::uint32_t bits) {
   const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
   return _mm256_andnot_si256(set, _mm256_set1_epi8(static_cast<char>(0xF0)));
+}
+
+// 0x10 in byte k where bit k of the 32-bit word is set, 0 where it is clear: OR-ed into a
+// nibble n, the byte is Q5_0's unsigned code n | bit << 4 (its value plus 16).
+inline __m256i q5_high_bits(std::uint32_t bits) {
+  const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                       2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), idx);
+  const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
 
 // MXFP4's code -> value table (quant::kMxfp4Values) in both 128-bit halves, for vpshufb.
@@ -106,6 +120,28 @@ inline void decode(const std::uint8_t* row, std::size_t b, Dec& o) {
   }
 }
 
+// Q4_0 and Q5_0 as unsigned codes u = q + kOffset (0..15, 0..31), for vpmaddubsw straight.
+template <DType D>
+constexpr int kUnsignedOffset = D == DType::Q4_0   ? 8
+                                : D == DType::Q5_0 ? 16
+                                                   : 0;
+
+template <DType D>
+inline void decode_unsigned(const std::uint8_t* row, std::size_t b, Dec& o) {
+  static_assert(kUnsignedOffset<D> != 0);
+  if constexpr (D == DType::Q4_0) {
+    const std::uint8_t* blk = row + b * 18;
+    o.f = h2f(blk);
+    o.q = nibbles(blk + 2);
+  } else {
+    const std::uint8_t* blk = row + b * 22;
+    o.f = h2f(blk);
+    std::uint32_t qh;
+    std::memcpy(&qh, blk + 2, 4);
+    o.q = _mm256_or_si256(nibbles(blk + 6), q5_high_bits(qh));
+  }
+}
+
 inline float hsum(__m256 a) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -133,14 +169,31 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
       xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * K + b * 32));
       dx[t] = xd[t * nb + b];
     }
-    for (int r = 0; r < R; ++r) {
-      Dec d;
-      decode<D>(w + r * rb, b, d);
-      const __m256i aq = _mm256_abs_epi8(d.q);
-      for (int t = 0; t < TT; ++t) {
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv[t], d.q)),
-                                            _mm256_set1_epi16(1));
-        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d.f * dx[t]), acc[r][t]);
+    if constexpr (TT == 1 && kUnsignedOffset<D> != 0) {
+      // One activation row (decode): the unsigned codes by the activations, less the offset
+      // times the activations' sums of four (once for the R rows): the same int32 sums as the
+      // sign trick's below, without its vpabsb and vpsignb per row.
+      const __m256i ones = _mm256_set1_epi16(1);
+      const __m256i off = _mm256_madd_epi16(
+          _mm256_maddubs_epi16(_mm256_set1_epi8(kUnsignedOffset<D>), xv[0]), ones);
+      for (int r = 0; r < R; ++r) {
+        Dec d;
+        decode_unsigned<D>(w + r * rb, b, d);
+        const __m256i p =
+            _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(d.q, xv[0]), ones), off);
+        acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d.f * dx[0]), acc[r][0]);
+      }
+    } else {
+      for (int r = 0; r < R; ++r) {
+        Dec d;
+        decode<D>(w + r * rb, b, d);
+        const __m256i aq = _mm256_abs_epi8(d.q);
+        for (int t = 0; t < TT; ++t) {
+          const __m256i p = _mm256_madd_epi16(
+              _mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv[t], d.q)), _mm256_set1_epi16(1));
+          acc[r][t] =
+              _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d.f * dx[t]), acc[r][t]);
+        }
       }
     }
   }
@@ -160,7 +213,7 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
 // - the E8M0 scale comes from a 256-entry table (kE8m0Half) by a load that broadcasts it, and
 //   is multiplied by the activation scale in all eight lanes (the same product, rounded once);
 // - the block's 16 bytes are broadcast to both halves of a register by the load, and one
-//   variable shift puts the high nibbles in the high half (nibbles_broadcast);
+//   variable shift puts the high nibbles in the high half (nibbles);
 // - against one activation row, the codes map to their values plus 12 (kMxfp4Plus12, 0..24,
 //   unsigned), so vpmaddubsw takes them straight, and 12 x the activations' four-element sums
 //   (computed once per block for all R rows) comes off each int32 sum: the same integers as the
@@ -177,14 +230,6 @@ inline __m256i mxfp4_plus12() {
                                                                12, 11, 10, 9,  8,  6,  4,  0};
   return _mm256_broadcastsi128_si256(
       _mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Plus12)));
-}
-
-// nibbles(p) by a broadcasting load, a variable shift and a mask (no cross-lane insert).
-inline __m256i nibbles_broadcast(const std::uint8_t* p) {
-  const __m256i b =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_and_si256(_mm256_srlv_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
-                          _mm256_set1_epi8(0x0F));
 }
 
 template <int R, int TT>
@@ -215,7 +260,7 @@ void tile_mxfp4(const std::uint8_t* w, std::size_t rb, const quant::ActivationBl
         c12 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(12), xv[0]), ones);
       for (int r = 0; r < R; ++r) {
         const std::uint8_t* blk = w + r * rb + (b + h) * 17;
-        const __m256i q = _mm256_shuffle_epi8(values, nibbles_broadcast(blk + 1));
+        const __m256i q = _mm256_shuffle_epi8(values, nibbles(blk + 1));
         const __m256 f = _mm256_broadcast_ss(&kE8m0Half[blk[0]]);
         if constexpr (TT == 1) {
           const __m256i p =
