@@ -69,26 +69,25 @@ inline __m256i nibbles(const std::uint8_t* p) {
                           _mm256_set1_epi8(0x0F));
 }
 
-// 0xF0 in byte k where bit k of the 32-bit word is clear, 0 where it is set: OR-ed into a
-// nibble n, the byte is n - 16 (bit clear) or n (bit set) as int8, i.e. (n | bit << 4) - 16.
-inline __m256i q5_offsets(std::uint32_t bits) {
+// 0xFF in byte k where bit k of the 32-bit word is set, 0 where it is clear.
+inline __m256i bit_bytes(std::uint32_t bits) {
   const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
                                        2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
   const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), idx);
   const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
-  return _mm256_andnot_si256(set, _mm256_set1_epi8(static_cast<char>(0xF0)));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
+}
+
+// 0xF0 in byte k where bit k of the 32-bit word is clear, 0 where it is set: OR-ed into a
+// nibble n, the byte is n - 16 (bit clear) or n (bit set) as int8, i.e. (n | bit << 4) - 16.
+inline __m256i q5_offsets(std::uint32_t bits) {
+  return _mm256_andnot_si256(bit_bytes(bits), _mm256_set1_epi8(static_cast<char>(0xF0)));
 }
 
 // 0x10 in byte k where bit k of the 32-bit word is set, 0 where it is clear: OR-ed into a
 // nibble n, the byte is Q5_0's unsigned code n | bit << 4 (its value plus 16).
 inline __m256i q5_high_bits(std::uint32_t bits) {
-  const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
-                                       2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), idx);
-  const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
-  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+  return _mm256_and_si256(bit_bytes(bits), _mm256_set1_epi8(0x10));
 }
 
 // MXFP4's code -> value table (quant::kMxfp4Values) in both 128-bit halves, for vpshufb.
