@@ -5,15 +5,16 @@
 //
 // Each 32-element weight block of the blocks-of-32 types is decoded to 32 small integers in a
 // register and its float scale; its product with an activation block is vpmaddubsw (unsigned x
-// signed bytes to pairs of int16; signed weights go through the usual abs/sign trick) then
-// vpmaddwd by 1 to eight int32, converted to float and accumulated with one FMA by (weight scale
-// x activation scale). MXFP4's 4-bit codes become their values through a 16-byte table (vpshufb),
-// and its blocks are summed in llama.cpp's order (tile_mxfp4). Q4_K/Q6_K (tile_k) keep their
-// weights unsigned and multiply by their integer scales with vpmaddwd, so a whole super-block is
-// summed in int32 (and its mins term too) before two float FMAs. A tile is R weight rows x TT
-// activation rows, so each decoded block serves TT rows of x (decode: TT = 1..4; prefill: the rows
-// of x in chunks of 64, so that the chunk stays in cache while the thread's weight rows stream past
-// it).
+// signed bytes to pairs of int16; signed weights go through the usual abs/sign trick, or, for
+// Q4_0, Q5_0 and MXFP4 against one activation row, stay unsigned codes value + offset, the
+// offset times the activations' sums coming off after) then vpmaddwd by 1 to eight int32,
+// converted to float and accumulated with one FMA by (weight scale x activation scale). MXFP4's
+// 4-bit codes become their values through a 16-byte table (vpshufb), and its blocks are summed in
+// llama.cpp's order (tile_mxfp4). Q4_K/Q6_K (tile_k) keep their weights unsigned and multiply by
+// their integer scales with vpmaddwd, so a whole super-block is summed in int32 (and its mins term
+// too) before two float FMAs. A tile is R weight rows x TT activation rows, so each decoded block
+// serves TT rows of x (decode: TT = 1..4; prefill: the rows of x in chunks of 64, so that the chunk
+// stays in cache while the thread's weight rows stream past it).
 //
 // Everything here has internal linkage and uses no out-of-line library templates (see
 // matmul_avx2.cpp).
