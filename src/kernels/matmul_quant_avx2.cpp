@@ -430,6 +430,16 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
 // This ISA's tile for quant_rows.h.
 template <DType D>
 struct Tile {
+  // Decode (one activation row): Q8_0, Q4_K and Q6_K one weight row at a time (each thread then
+  // streams one row after another), Q4_0, Q5_0 and MXFP4 in tiles of 4 rows (which share the
+  // offset term of their unsigned codes). rkv_bench QuantMatmul T1, 2 alternating rounds, row by
+  // row against tiles: q8_0 gate 1 thread 273-293 against 422-424 us, 2 threads 165-175 against
+  // 231-236; q4_k down 156-163 against 169 (1 thread); q6_k down 230-239 against 245-250 (1
+  // thread), 133-138 against 142-147 (2); mxfp4 gate 231 against 180-181 (1 thread); q4_0 gate
+  // 245-247 against 195-199.
+  static constexpr bool kDecodeRowByRow =
+      !(D == DType::Q4_0 || D == DType::Q5_0 || D == DType::MXFP4);
+
   // Q4_K/Q6_K against 8 activation rows or more (quant_tile_rows calls this where it exists,
   // then runs the rows from the one returned in its tiles of 4): one weight row at a time against
   // eight activation rows (tile_k<D, 1, 8>), so that each decoded weight serves eight.

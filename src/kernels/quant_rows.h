@@ -44,9 +44,19 @@ void quant_tile_rows(const std::uint8_t* w, std::size_t rb, const quant::Activat
   }
 }
 
+// Whether a single activation row (decode) meets one weight row at a time: the ISA's choice
+// (quantized_rows' kDecodeRowByRow), unless its Tile<D> sets kDecodeRowByRow for the type.
+template <template <DType> class Tile, DType D, bool kDefault>
+constexpr bool decode_row_by_row() {
+  if constexpr (requires { Tile<D>::kDecodeRowByRow; })
+    return Tile<D>::kDecodeRowByRow;
+  else
+    return kDefault;
+}
+
 // Output rows [n0, n1): the rows of x in chunks of kQuantTChunk (each chunk stays in cache while
 // the weight rows stream past it), the weight rows in tiles of kQuantTileRows. With
-// kDecodeRowByRow, a single activation row (decode) meets one weight row at a time instead.
+// decode_row_by_row, a single activation row (decode) meets one weight row at a time instead.
 template <template <DType> class Tile, bool kDecodeRowByRow, DType D>
 void quant_rows_of(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w,
                    std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
@@ -54,7 +64,7 @@ void quant_rows_of(const quant::ActivationBlocks& x, std::size_t T, const Weight
   const std::size_t rb = dtype_row_bytes(D, K);
   const auto* base = static_cast<const std::uint8_t*>(w.data);
   constexpr int kR = kQuantTileRows;
-  if (kDecodeRowByRow && T == 1) {
+  if (decode_row_by_row<Tile, D, kDecodeRowByRow>() && T == 1) {
     for (std::size_t n = n0; n < n1; ++n)
       quant_tile_rows<Tile, D, 1>(base + n * rb, rb, x, K, 0, 1, y + n, ldy);
     return;
