@@ -142,6 +142,17 @@ inline void decode_unsigned(const std::uint8_t* row, std::size_t b, Dec& o) {
   }
 }
 
+// The eight int32 sums of four products of 32 unsigned bytes u by 32 signed bytes x (vpmaddubsw,
+// then vpmaddwd by 1).
+inline __m256i dot4_unsigned(__m256i u, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+}
+
+// The same for signed bytes q (aq = |q|), by the abs/sign trick.
+inline __m256i dot4_signed(__m256i aq, __m256i q, __m256i x) {
+  return dot4_unsigned(aq, _mm256_sign_epi8(x, q));
+}
+
 inline float hsum(__m256 a) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -173,14 +184,11 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
       // One activation row (decode): the unsigned codes by the activations, less the offset
       // times the activations' sums of four (once for the R rows): the same int32 sums as the
       // sign trick's below, without its vpabsb and vpsignb per row.
-      const __m256i ones = _mm256_set1_epi16(1);
-      const __m256i off = _mm256_madd_epi16(
-          _mm256_maddubs_epi16(_mm256_set1_epi8(kUnsignedOffset<D>), xv[0]), ones);
+      const __m256i off = dot4_unsigned(_mm256_set1_epi8(kUnsignedOffset<D>), xv[0]);
       for (int r = 0; r < R; ++r) {
         Dec d;
         decode_unsigned<D>(w + r * rb, b, d);
-        const __m256i p =
-            _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(d.q, xv[0]), ones), off);
+        const __m256i p = _mm256_sub_epi32(dot4_unsigned(d.q, xv[0]), off);
         acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d.f * dx[0]), acc[r][0]);
       }
     } else {
@@ -189,8 +197,7 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
         decode<D>(w + r * rb, b, d);
         const __m256i aq = _mm256_abs_epi8(d.q);
         for (int t = 0; t < TT; ++t) {
-          const __m256i p = _mm256_madd_epi16(
-              _mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv[t], d.q)), _mm256_set1_epi16(1));
+          const __m256i p = dot4_signed(aq, d.q, xv[t]);
           acc[r][t] =
               _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d.f * dx[t]), acc[r][t]);
         }
@@ -242,7 +249,6 @@ void tile_mxfp4(const std::uint8_t* w, std::size_t rb, const quant::ActivationBl
     for (int t = 0; t < TT; ++t) acc[r][t][0] = acc[r][t][1] = _mm256_setzero_ps();
   const std::int8_t* xq = x.q + t0 * K;
   const float* xd = x.d + t0 * nb;
-  const __m256i ones = _mm256_set1_epi16(1);
   const __m256i values = TT == 1 ? mxfp4_plus12() : mxfp4_values();
   std::size_t b = 0;
   for (; b + 1 < nb; b += 2) {
@@ -256,22 +262,19 @@ void tile_mxfp4(const std::uint8_t* w, std::size_t rb, const quant::ActivationBl
         dx[t] = _mm256_broadcast_ss(xd + t * nb + b + h);
       }
       __m256i c12{};  // TT == 1: 12 x the activations' sums of four
-      if constexpr (TT == 1)
-        c12 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(12), xv[0]), ones);
+      if constexpr (TT == 1) c12 = dot4_unsigned(_mm256_set1_epi8(12), xv[0]);
       for (int r = 0; r < R; ++r) {
         const std::uint8_t* blk = w + r * rb + (b + h) * 17;
         const __m256i q = _mm256_shuffle_epi8(values, nibbles(blk + 1));
         const __m256 f = _mm256_broadcast_ss(&kE8m0Half[blk[0]]);
         if constexpr (TT == 1) {
-          const __m256i p =
-              _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q, xv[0]), ones), c12);
+          const __m256i p = _mm256_sub_epi32(dot4_unsigned(q, xv[0]), c12);
           acc[r][0][h] =
               _mm256_fmadd_ps(_mm256_mul_ps(f, dx[0]), _mm256_cvtepi32_ps(p), acc[r][0][h]);
         } else {
           const __m256i aq = _mm256_abs_epi8(q);
           for (int t = 0; t < TT; ++t) {
-            const __m256i p =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv[t], q)), ones);
+            const __m256i p = dot4_signed(aq, q, xv[t]);
             acc[r][t][h] =
                 _mm256_fmadd_ps(_mm256_mul_ps(f, dx[t]), _mm256_cvtepi32_ps(p), acc[r][t][h]);
           }
@@ -289,8 +292,7 @@ void tile_mxfp4(const std::uint8_t* w, std::size_t rb, const quant::ActivationBl
       for (int t = 0; t < TT; ++t) {
         const __m256i xv =
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * K + b * 32));
-        const __m256i p =
-            _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv, d.q)), ones);
+        const __m256i p = dot4_signed(aq, d.q, xv);
         __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
@@ -577,7 +579,7 @@ void quantize_activations_k_avx2(const float* x, std::size_t T, std::size_t K, s
 }  // namespace
 
 QuantizedRowsFn quantized_rows_avx2_fn() {
-  return &quantized_rows<Tile, false>;
+  return &quantized_rows<Tile>;
 }
 
 QuantizeActivationsFn quantize_activations_avx2_fn() {

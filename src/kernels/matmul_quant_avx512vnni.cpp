@@ -367,6 +367,9 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
 // This ISA's tile for quant_rows.h.
 template <DType D>
 struct Tile {
+  // Decode (one activation row): one weight row at a time, for every type.
+  static constexpr bool kDecodeRowByRow = true;
+
   template <int R, int TT>
   static void run(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x,
                   std::size_t K, std::size_t t0, float* y, std::size_t ldy) {
@@ -588,7 +591,7 @@ void quantized_rows_vnni(const quant::ActivationBlocks& x, std::size_t T, const 
     return panel_rows<DType::Q4_K>(x, T, w, n0, n1, y, ldy);
   if (n0 < n1 && w.dtype == DType::Q6_K && T >= kPanelMinT<DType::Q6_K>)
     return panel_rows<DType::Q6_K>(x, T, w, n0, n1, y, ldy);
-  quantized_rows<Tile, true>(x, T, w, n0, n1, y, ldy);
+  quantized_rows<Tile>(x, T, w, n0, n1, y, ldy);
 }
 
 }  // namespace

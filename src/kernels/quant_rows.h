@@ -4,8 +4,9 @@
 //   template <int R, int TT> static void run(const std::uint8_t* w, std::size_t rb,
 //       const quant::ActivationBlocks& x, std::size_t K, std::size_t t0, float* y,
 //       std::size_t ldy);
-// (y[t][r] = row r of the R weight rows at w, stride rb, . activation row t0 + t, for t < TT),
-// and quantized_rows<Tile, ...> is its QuantizedRowsFn. Include only from those files: everything
+// (y[t][r] = row r of the R weight rows at w, stride rb, . activation row t0 + t, for t < TT)
+// and static constexpr bool kDecodeRowByRow (decode takes one weight row at a time, R = 1), and
+// quantized_rows<Tile> is its QuantizedRowsFn. Include only from those files: everything
 // here is internal to each of them.
 #pragma once
 
@@ -44,27 +45,18 @@ void quant_tile_rows(const std::uint8_t* w, std::size_t rb, const quant::Activat
   }
 }
 
-// Whether a single activation row (decode) meets one weight row at a time: the ISA's choice
-// (quantized_rows' kDecodeRowByRow), unless its Tile<D> sets kDecodeRowByRow for the type.
-template <template <DType> class Tile, DType D, bool kDefault>
-constexpr bool decode_row_by_row() {
-  if constexpr (requires { Tile<D>::kDecodeRowByRow; })
-    return Tile<D>::kDecodeRowByRow;
-  else
-    return kDefault;
-}
-
 // Output rows [n0, n1): the rows of x in chunks of kQuantTChunk (each chunk stays in cache while
-// the weight rows stream past it), the weight rows in tiles of kQuantTileRows. With
-// decode_row_by_row, a single activation row (decode) meets one weight row at a time instead.
-template <template <DType> class Tile, bool kDecodeRowByRow, DType D>
+// the weight rows stream past it), the weight rows in tiles of kQuantTileRows. Where the ISA's
+// Tile<D>::kDecodeRowByRow, a single activation row (decode) meets one weight row at a time
+// instead.
+template <template <DType> class Tile, DType D>
 void quant_rows_of(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w,
                    std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
   const std::size_t K = w.cols;
   const std::size_t rb = dtype_row_bytes(D, K);
   const auto* base = static_cast<const std::uint8_t*>(w.data);
   constexpr int kR = kQuantTileRows;
-  if (decode_row_by_row<Tile, D, kDecodeRowByRow>() && T == 1) {
+  if (Tile<D>::kDecodeRowByRow && T == 1) {
     for (std::size_t n = n0; n < n1; ++n)
       quant_tile_rows<Tile, D, 1>(base + n * rb, rb, x, K, 0, 1, y + n, ldy);
     return;
@@ -78,28 +70,28 @@ void quant_rows_of(const quant::ActivationBlocks& x, std::size_t T, const Weight
   }
 }
 
-template <template <DType> class Tile, bool kDecodeRowByRow>
+template <template <DType> class Tile>
 void quantized_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w,
                     std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
   if (T == 0 || n0 >= n1) return;
   switch (w.dtype) {
     case DType::Q8_0:
-      quant_rows_of<Tile, kDecodeRowByRow, DType::Q8_0>(x, T, w, n0, n1, y, ldy);
+      quant_rows_of<Tile, DType::Q8_0>(x, T, w, n0, n1, y, ldy);
       break;
     case DType::Q4_0:
-      quant_rows_of<Tile, kDecodeRowByRow, DType::Q4_0>(x, T, w, n0, n1, y, ldy);
+      quant_rows_of<Tile, DType::Q4_0>(x, T, w, n0, n1, y, ldy);
       break;
     case DType::Q5_0:
-      quant_rows_of<Tile, kDecodeRowByRow, DType::Q5_0>(x, T, w, n0, n1, y, ldy);
+      quant_rows_of<Tile, DType::Q5_0>(x, T, w, n0, n1, y, ldy);
       break;
     case DType::Q4_K:
-      quant_rows_of<Tile, kDecodeRowByRow, DType::Q4_K>(x, T, w, n0, n1, y, ldy);
+      quant_rows_of<Tile, DType::Q4_K>(x, T, w, n0, n1, y, ldy);
       break;
     case DType::Q6_K:
-      quant_rows_of<Tile, kDecodeRowByRow, DType::Q6_K>(x, T, w, n0, n1, y, ldy);
+      quant_rows_of<Tile, DType::Q6_K>(x, T, w, n0, n1, y, ldy);
       break;
     case DType::MXFP4:
-      quant_rows_of<Tile, kDecodeRowByRow, DType::MXFP4>(x, T, w, n0, n1, y, ldy);
+      quant_rows_of<Tile, DType::MXFP4>(x, T, w, n0, n1, y, ldy);
       break;
     default:  // float types never come here (matmul_rows_* handle them)
       break;
