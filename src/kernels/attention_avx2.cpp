@@ -5,8 +5,9 @@
 // take the blocked path; other sizes take attention_impl.h's loops.
 //
 //  * scores, G a multiple of 8 or one short of it (scores_heads8): the query heads in the lanes;
-//    each block of 8 key rows is widened to float32 once, one FMA per key and dimension advances
-//    that key's 8 heads, and the block's 8 x 8 sums are transposed once.
+//    each block of 8 key rows is widened to float32 once (the next block during this block's
+//    products, so the stores overlap the FMAs), one FMA per key and dimension advances that key's
+//    8 heads, and the block's 8 x 8 sums are transposed once.
 //  * scores, other G: blocks of 8 keys are transposed (8x8 per 8 dimensions) into kt[d][8], so
 //    that one FMA per dimension advances 8 scores of one head, with no horizontal sums; the block
 //    is read from memory once and reused from L1 by every head.
@@ -145,11 +146,18 @@ struct Lanes8 {
   }
 };
 
+// Zero bits: a row past the cache's end in every dtype (q8_0's scale is zero too), for the
+// widening of a block's missing rows without a branch.
+alignas(64) constexpr std::byte kZeroRow[4 * 256] = {};
+
 // Scores with the heads in the lanes, for G a multiple of 8 (or one short of it, where the one
 // empty lane costs less than transposing keys): per block of 8 keys, each key row is widened to
 // float32 once (no transpose), and per dimension k one FMA per key adds key[j][k] times the
 // vector of the 8 heads' q[g][k]. The 8 x 8 sums are transposed once at the end of the block.
 // Each score is the same chain of FMAs, k ascending, as in the transposed-keys path.
+// The next block's widening (8 rows of D / 8 vectors: D in all, one per dimension k) is done
+// inside this block's first group of products, one vector per k, so its stores overlap the FMAs
+// instead of running alone between blocks.
 inline bool heads_in_lanes(int G) {
   return G % 8 == 0 || G % 8 == 7;
 }
@@ -158,6 +166,8 @@ template <KvDtype T, int D>
 void scores_heads8(const float* q, int G, const std::byte* keys, std::size_t row_bytes, int n,
                    float scale, float* probs) {
   using R = Row<T>;
+  static_assert(4 * D <= static_cast<int>(sizeof(kZeroRow)));
+  constexpr int kVectors = D / 8;  // per row; 8 rows x kVectors = D
   const int groups = (G + 7) / 8;
   // qt[group][k][lane] = q[8 * group + lane][k]; zero in lanes past G.
   thread_local std::vector<float> qt_store;
@@ -167,37 +177,56 @@ void scores_heads8(const float* q, int G, const std::byte* keys, std::size_t row
     for (int k = 0; k < D; ++k)
       qt[static_cast<std::size_t>(g / 8) * D * 8 + static_cast<std::size_t>(k) * 8 + g % 8] =
           q[static_cast<std::size_t>(g) * D + k];
-  alignas(32) float kf[8 * D];
+  alignas(32) float kf2[2][8 * D];
+  // The rows of the block at j0: past the cache's end, the zero row.
+  auto block_rows = [&](int j0, const std::byte* rows[8]) {
+    for (int i = 0; i < 8; ++i)
+      rows[i] = j0 + i < n ? keys + static_cast<std::size_t>(j0 + i) * row_bytes : kZeroRow;
+  };
+  const std::byte* rows[8];
+  block_rows(0, rows);
+  for (int i = 0; i < 8; ++i)
+    for (int c = 0; c < kVectors; ++c)
+      _mm256_store_ps(kf2[0] + i * D + 8 * c, R::load8(rows[i], 8 * c));
   const __m256 s = _mm256_set1_ps(scale);
+  int cur = 0;
   for (int j0 = 0; j0 < n; j0 += 8) {
-    const int rows = n - j0 < 8 ? n - j0 : 8;
-    const std::byte* block = keys + static_cast<std::size_t>(j0) * row_bytes;
-    for (int i = 0; i < 8; ++i) {
-      const std::byte* row = block + static_cast<std::size_t>(i) * row_bytes;
-      for (int c = 0; c < D; c += 8) {
-        if (i >= rows) {
-          _mm256_store_ps(kf + i * D + c, _mm256_setzero_ps());
-          continue;
-        }
-        if ((c / 8) % R::kPrefetchEvery == 0)
-          prefetch_ahead(R::at(row, c), kPrefetchRows * row_bytes);
-        _mm256_store_ps(kf + i * D + c, R::load8(row, c));
-      }
-    }
+    const int rows_here = n - j0 < 8 ? n - j0 : 8;
+    const float* kf = kf2[cur];
+    float* kf_next = kf2[cur ^ 1];
+    block_rows(j0 + 8, rows);
     for (int g0 = 0; g0 < G; g0 += 8) {
       const float* qg = qt + static_cast<std::size_t>(g0 / 8) * D * 8;
       __m256 acc[8];
       for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
-      for (int k = 0; k < D; ++k) {
-        const __m256 qv = _mm256_loadu_ps(qg + k * 8);
-        for (int i = 0; i < 8; ++i)
-          acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + i * D + k), qv, acc[i]);
+      if (g0 == 0) {
+        for (int r = 0; r < 8; ++r) {
+          const std::byte* row = rows[r];
+          float* dst = kf_next + r * D;
+#pragma GCC unroll 16
+          for (int c = 0; c < kVectors; ++c) {
+            const int k = r * kVectors + c;
+            const __m256 qv = _mm256_loadu_ps(qg + k * 8);
+            for (int i = 0; i < 8; ++i)
+              acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + i * D + k), qv, acc[i]);
+            if (c % R::kPrefetchEvery == 0)
+              prefetch_ahead(R::at(row, 8 * c), kPrefetchRows * row_bytes);
+            _mm256_store_ps(dst + 8 * c, R::load8(row, 8 * c));
+          }
+        }
+      } else {
+        for (int k = 0; k < D; ++k) {
+          const __m256 qv = _mm256_loadu_ps(qg + k * 8);
+          for (int i = 0; i < 8; ++i)
+            acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + i * D + k), qv, acc[i]);
+        }
       }
       transpose8x8(acc);  // acc[g]: head g0 + g, lanes over the block's keys
       const int gb = G - g0 < 8 ? G - g0 : 8;
       for (int g = 0; g < gb; ++g)
-        store_scores(_mm256_mul_ps(acc[g], s), probs, n, g0 + g, j0, rows);
+        store_scores(_mm256_mul_ps(acc[g], s), probs, n, g0 + g, j0, rows_here);
     }
+    cur ^= 1;
   }
 }
 
