@@ -10,9 +10,10 @@
 // the caches cycled like the weights so that each call reads its keys and values from memory, as
 // decode does; reports GB/s of cache read. Attention/d128/...: the same with 6 heads of size 128
 // (the R1-Distill-Qwen-1.5B shape: 12 q heads, 2 kv heads); Attention/g8d128/n2048/...: 8 heads of
-// size 128 against 2048 entries (Qwen3-30B-A3B and gpt-oss under R-KV at budget 2048). The caches
-// are on huge pages where Linux offers them (core/huge_pages.h, as the engine's KV cache); figures
-// recorded before 2026-11-28 06:30 UTC had 4 KiB pages.
+// size 128 against 2048 entries (Qwen3-30B-A3B under R-KV at budget 2048);
+// Attention/g4d256/n2048/...: 4 heads of size 256 (the full-attention layers of Qwen3.5-4B, 16 q
+// heads, 4 kv heads). The caches are on huge pages where Linux offers them (core/huge_pages.h, as
+// the engine's KV cache); figures recorded before 2026-11-28 06:30 UTC had 4 KiB pages.
 //
 // Limits: the machine's streaming-read bandwidth and compute peak per instruction set and thread
 // count (kernels/limits.h), the ceilings the matmul figures are read against.
@@ -206,7 +207,8 @@ int register_benchmarks() {
   };
   const AttentionShape attention_shapes[] = {{"Attention/", 7, 64, {1152, 8320}},
                                              {"Attention/d128/", 6, 128, {4096}},
-                                             {"Attention/g8d128/", 8, 128, {2048}}};
+                                             {"Attention/g8d128/", 8, 128, {2048}},
+                                             {"Attention/g4d256/", 4, 256, {2048}}};
   for (const AttentionShape& shape : attention_shapes) {
     for (int n : shape.lengths) {
       for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512}) {

@@ -434,7 +434,8 @@ INSTANTIATE_TEST_SUITE_P(Isas, MatmulParity,
 
 // Attention of one query token (G heads) against n cache entries, per instruction set, against
 // the formula evaluated in double precision: probs = softmax(scale * q k^T), out = probs v.
-// Head sizes 64 and 128 take the blocked AVX-512 path, others the portable loops; n covers
+// Head sizes 64 and 128 take the blocked AVX-512 path, others the portable loops (float32
+// caches, as here, at head size 256 too); n covers
 // partial blocks of 16 and 32 keys (and a 32's second half) and chunks of 64 values, G partial
 // groups of heads.
 class AttentionParity : public ::testing::TestWithParam<Isa> {};
@@ -448,7 +449,7 @@ TEST_P(AttentionParity, AgainstDoublePrecision) {
   const kernels::AttentionFn attention = kernels::attention_for(isa);
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (int d : {64, 128, 80}) {
+  for (int d : {64, 128, 256, 80}) {
     for (int G : {1, 3, 7, 8, 9, 16}) {
       for (int n : {1, 5, 16, 17, 45, 64, 65, 300}) {
         SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(G) +

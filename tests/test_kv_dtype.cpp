@@ -288,8 +288,9 @@ void random_kv(KvDtype dtype, int d, std::size_t n, std::mt19937& rng, std::vect
 
 // Every instruction set's kernel for a cache dtype, against (1) the formula in double precision
 // on the dequantized keys and values (what the kernel must compute: the stored values exactly)
-// and (2) the portable reference kernel. Head sizes 64 and 128 take the blocked kernels, others
-// the converted loops; n covers partial blocks of 16 keys and chunks of 64 values.
+// and (2) the portable reference kernel. Head sizes 64 and 128 take the blocked kernels (256 too
+// on AVX2), others the converted loops; n covers partial blocks of 16 keys and chunks of 64
+// values.
 TEST_P(KvAttentionParity, AgainstReferenceAndDoublePrecision) {
   const auto [isa, dtype] = GetParam();
   if (!kernels::isa_supported(isa))
@@ -299,7 +300,7 @@ TEST_P(KvAttentionParity, AgainstReferenceAndDoublePrecision) {
   const kernels::KvDecodeFn decode = kernels::kv_decode_for(isa);
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<int> dims = {64, 128, 96};
+  std::vector<int> dims = {64, 128, 256, 96};
   if (dtype != KvDtype::q8_0) dims.push_back(80);
   for (int d : dims) {
     for (int G : {1, 7, 9, 16}) {

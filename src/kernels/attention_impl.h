@@ -1,7 +1,8 @@
 // The attention kernel written once as plain loops over fixed-width lanes that the compiler
 // vectorises; attention_{reference,avx2,avx512}.cpp compile it with their own -m flags. The
-// reference build runs it for every head size, the AVX2 and AVX-512 builds for head sizes other
-// than 64 and 128 (those take their blocked kernels); all of them use exp_inplace.
+// reference build runs it for every head size, the AVX2 build for head sizes other than 64, 128
+// and 256 (256 with a float32 cache too) and the AVX-512 builds for sizes other than 64 and 128
+// (those take their blocked kernels); all of them use exp_inplace.
 // Everything here has internal linkage (anonymous namespace): each translation unit gets its
 // own copy, so an AVX-512 body can never be picked for the portable path by the linker.
 #pragma once
