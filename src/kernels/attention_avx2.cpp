@@ -437,7 +437,7 @@ void attention_typed(const float* q, int G, int d, const void* keys_v, const voi
     attention_blocked<T, 64>(q, G, keys, values, n, scale, out, probs);
   } else if (d == 128) {
     attention_blocked<T, 128>(q, G, keys, values, n, scale, out, probs);
-  } else {
+  } else if constexpr (T != KvDtype::f32) {  // d == 256
     attention_blocked<T, 256>(q, G, keys, values, n, scale, out, probs);
   }
 }
