@@ -12,8 +12,10 @@
 // (the R1-Distill-Qwen-1.5B shape: 12 q heads, 2 kv heads); Attention/g8d128/n2048/...: 8 heads of
 // size 128 against 2048 entries (Qwen3-30B-A3B under R-KV at budget 2048);
 // Attention/g4d256/n2048/...: 4 heads of size 256 (the full-attention layers of Qwen3.5-4B, 16 q
-// heads, 4 kv heads). The caches are on huge pages where Linux offers them (core/huge_pages.h, as
-// the engine's KV cache); figures recorded before 2026-11-28 06:30 UTC had 4 KiB pages.
+// heads, 4 kv heads); Attention/g5d128/n2048/... and g4d128: 5 and 4 heads of size 128 (QwQ-32B
+// and the R1-Distill-Qwen-14B/32B: 40 q heads, 8 kv heads; Qwen3-8B and Llama-3-8B: 32 and 8). The
+// caches are on huge pages where Linux offers them (core/huge_pages.h, as the engine's KV cache);
+// figures recorded before 2026-11-28 06:30 UTC had 4 KiB pages.
 //
 // Limits: the machine's streaming-read bandwidth and compute peak per instruction set and thread
 // count (kernels/limits.h), the ceilings the matmul figures are read against.
@@ -205,10 +207,10 @@ int register_benchmarks() {
     int G, d;
     std::vector<int> lengths;
   };
-  const AttentionShape attention_shapes[] = {{"Attention/", 7, 64, {1152, 8320}},
-                                             {"Attention/d128/", 6, 128, {4096}},
-                                             {"Attention/g8d128/", 8, 128, {2048}},
-                                             {"Attention/g4d256/", 4, 256, {2048}}};
+  const AttentionShape attention_shapes[] = {
+      {"Attention/", 7, 64, {1152, 8320}},   {"Attention/d128/", 6, 128, {4096}},
+      {"Attention/g8d128/", 8, 128, {2048}}, {"Attention/g4d256/", 4, 256, {2048}},
+      {"Attention/g5d128/", 5, 128, {2048}}, {"Attention/g4d128/", 4, 128, {2048}}};
   for (const AttentionShape& shape : attention_shapes) {
     for (int n : shape.lengths) {
       for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512}) {

@@ -450,7 +450,7 @@ TEST_P(AttentionParity, AgainstDoublePrecision) {
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (int d : {64, 128, 256, 80}) {
-    for (int G : {1, 3, 7, 8, 9, 16}) {
+    for (int G : {1, 3, 4, 5, 6, 7, 8, 9, 12, 16}) {
       for (int n : {1, 5, 16, 17, 45, 64, 65, 300}) {
         SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(G) +
                      " n=" + std::to_string(n));

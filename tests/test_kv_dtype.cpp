@@ -303,7 +303,7 @@ TEST_P(KvAttentionParity, AgainstReferenceAndDoublePrecision) {
   std::vector<int> dims = {64, 128, 256, 96};
   if (dtype != KvDtype::q8_0) dims.push_back(80);
   for (int d : dims) {
-    for (int G : {1, 7, 9, 16}) {
+    for (int G : {1, 4, 6, 7, 9, 12, 16}) {
       for (int n : {1, 17, 65, 300}) {
         SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(G) +
                      " n=" + std::to_string(n));
@@ -367,7 +367,7 @@ TEST_P(KvAttentionParity, RowsEqualEachRowAlone) {
   std::vector<int> dims = {64, 128};
   if (dtype != KvDtype::q8_0) dims.push_back(80);
   for (int d : dims)
-    for (int G : {1, 7, 8, 9})
+    for (int G : {1, 4, 6, 7, 8, 9})
       for (int n0 : {1, 15, 16, 17, 31, 33, 64, 100})
         for (int R : {1, 2, 16, 20}) {
           SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(G) +
