@@ -153,7 +153,7 @@ alignas(64) constexpr std::byte kZeroRow[4 * 256] = {};
 
 // Scores with the heads in the lanes, for G a multiple of 8 or 4 to 7 past one (empty lanes cost
 // less than transposing keys: rkv_bench Attention at n 2048-4096, bf16 on Zen 3, G 6 at d 128
-// 320 -> 262 us, G 5 155 -> 125, G 4 144 -> 115, G 4 at d 256 292 -> 242; G 1 to 3 past a
+// 320 -> 262 us, G 5 155 -> 124, G 4 144 -> 115, G 4 at d 256 292 -> 242; G 1 to 3 past a
 // multiple of 8 stay on the transposed keys, not measured): per block of 8 keys, each key row is
 // widened to float32 once (no transpose), and per dimension k one FMA per key adds key[j][k] times
 // the vector of the 8 heads' q[g][k]. The 8 x 8 sums are transposed once at the end of the block.
