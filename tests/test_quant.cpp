@@ -380,9 +380,9 @@ struct ActOracle {
   std::vector<double> err;  // per 32 elements: a bound on |x - q * d|
 };
 
-// The documented activation quantization, done here: d = max|x| / 127 per block of 32 (then
-// rounded to f16), or for Q4_K/Q6_K weights per 256 (kept in float), and q = x * (1 / d) rounded
-// half away from zero.
+// The documented activation quantization (llama.cpp's x86 CPU backend), done here: per block of
+// 32, or for Q4_K/Q6_K weights per 256, s = 127 / max|x| and q = x * s rounded to nearest, ties
+// to even; d = max|x| / 127 rounded to f16 (blocks of 32) or 1 / s in float (super-blocks).
 ActOracle quantize_x(const std::vector<float>& x, DType weights) {
   const bool super = weights == DType::Q4_K || weights == DType::Q6_K;
   const std::size_t n = super ? 256 : 32;
@@ -392,10 +392,10 @@ ActOracle quantize_x(const std::vector<float>& x, DType weights) {
     float amax = 0.0f;
     for (std::size_t k = 0; k < n; ++k) amax = std::max(amax, std::fabs(x[b * n + k]));
     const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const double dq = super ? d : f16_to_f32(f32_to_f16(d));
+    const float s = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const double dq = super ? (amax != 0.0f ? 1.0f / s : 0.0f) : f16_to_f32(f32_to_f16(d));
     for (std::size_t k = 0; k < n; ++k)
-      o.xq[b * n + k] = double(std::lround(x[b * n + k] * id)) * dq;
+      o.xq[b * n + k] = double(std::nearbyint(x[b * n + k] * s)) * dq;
     // |x * id - x / d| adds at most 127 ulps of float to the rounding's half step.
     for (std::size_t k = 0; k < n; k += 32)
       o.err.push_back(0.5 * d * (1 + 1e-4) + 127 * std::fabs(double(d) - dq));
@@ -477,8 +477,9 @@ TEST_P(QuantizedMatmul, AgainstFloat64OraclesAndReference) {
   }
 }
 
-// The activation quantizer of each instruction set gives the reference's bytes, ties included
-// (x * (1/d) exactly k + 0.5 rounds away from zero).
+// The activation quantizer of each instruction set gives the reference's bytes, and both quantize
+// as llama.cpp's x86 build does (quantize_row_q8_0's AVX path, quantize_row_q8_K): the scale is
+// 127 / max|x|, not 1 / (max|x| / 127), and exact halves round to even. Hand-worked cases below.
 TEST_P(QuantizedMatmul, ActivationQuantizersAgreeBytewise) {
   const Isa isa = GetParam();
   if (!kernels::isa_supported(isa))
@@ -486,9 +487,14 @@ TEST_P(QuantizedMatmul, ActivationQuantizersAgreeBytewise) {
   std::mt19937 rng(5);
   const std::size_t T = 3, K = 128;
   auto x = random_x(T * K, rng);
-  // Block 2 of row 0: max 127 -> d = 1, and exact halves.
+  // Block 2 of row 0: max 127 -> s = d = 1, and exact halves.
   x[64] = 127.0f;
   for (int k = 1; k < 32; ++k) x[64 + k] = static_cast<float>(k - 16) + 0.5f;
+  // Block 3 of row 0: max 0x1.e8feb6p+1 (3.8202732), where x = 0x1.71a24cp-5 (0.045121334) times
+  // 127 / max is 1.4999999 in float (-> 1) and times 1 / (max / 127) is 1.5 (-> 2).
+  x[96] = 0x1.e8feb6p+1f;
+  x[97] = 0x1.71a24cp-5f;
+  for (int k = 2; k < 32; ++k) x[96 + k] = 0.01f * static_cast<float>(k);
   std::vector<std::int8_t> q1(T * K), q2(T * K);
   std::vector<float> d1(T * K / 32), d2(T * K / 32);
   std::vector<std::int32_t> s1(T * K / 32), s2(T * K / 32);
@@ -497,8 +503,13 @@ TEST_P(QuantizedMatmul, ActivationQuantizersAgreeBytewise) {
   EXPECT_EQ(q1, q2);
   EXPECT_EQ(d1, d2);
   EXPECT_EQ(s1, s2);
-  EXPECT_EQ(q1[64 + 1], -15);  // -14.5 -> -15
+  EXPECT_EQ(q1[64 + 1], -14);  // -14.5 -> -14 (ties to even)
   EXPECT_EQ(q1[64 + 17], 2);   // 1.5 -> 2
+  EXPECT_EQ(q1[64 + 18], 2);   // 2.5 -> 2
+  EXPECT_EQ(q1[64 + 16], 0);   // 0.5 -> 0
+  EXPECT_EQ(q1[96], 127);
+  EXPECT_EQ(q1[97], 1);
+  EXPECT_EQ(d1[3], f16_to_f32(f32_to_f16(0x1.e8feb6p+1f / 127.0f)));
   std::int32_t sum = 0;
   for (int k = 0; k < 32; ++k) sum += q1[64 + k];
   EXPECT_EQ(s1[2], sum);
@@ -507,6 +518,10 @@ TEST_P(QuantizedMatmul, ActivationQuantizersAgreeBytewise) {
   auto xk = random_x(T * KK, rng);
   xk[256] = 127.0f;
   for (int k = 1; k < 32; ++k) xk[256 + 64 + k] = static_cast<float>(k - 16) + 0.5f;
+  // Super-block 2 (row 1's first): max 0x1.fb4ceep+0, where d = 1 / (127 / max) = 0.015603485 is
+  // not max / 127 = 0.0156034855 in float.
+  for (std::size_t k = 0; k < 256; ++k) xk[KK + k] = 0.001f * static_cast<float>(k % 7);
+  xk[KK] = 0x1.fb4ceep+0f;
   std::vector<std::int8_t> qk1(T * KK), qk2(T * KK);
   std::vector<float> dk1(T * KK / 256), dk2(T * KK / 256);
   std::vector<std::int16_t> b1(T * KK / 16), b2(T * KK / 16);
@@ -519,8 +534,11 @@ TEST_P(QuantizedMatmul, ActivationQuantizersAgreeBytewise) {
   EXPECT_EQ(b1, b2);
   EXPECT_EQ(f1, f2);
   EXPECT_EQ(dk1[1], 1.0f);            // max|x| of super-block 1 is 127 (random_x stays below)
-  EXPECT_EQ(qk1[256 + 64 + 1], -15);  // -14.5 -> -15
+  EXPECT_EQ(qk1[256 + 64 + 1], -14);  // -14.5 -> -14 (ties to even)
   EXPECT_EQ(qk1[256 + 64 + 17], 2);   // 1.5 -> 2
+  EXPECT_EQ(dk1[2], 1.0f / (127.0f / 0x1.fb4ceep+0f));
+  EXPECT_NE(dk1[2], 0x1.fb4ceep+0f / 127.0f);
+  EXPECT_EQ(qk1[KK], 127);
   for (std::size_t g = 0; g < T * KK / 16; ++g) {
     std::int32_t s16 = 0;
     for (std::size_t k = 0; k < 16; ++k) s16 += qk1[16 * g + k];

@@ -334,16 +334,17 @@ void quantize_row(DType t, const float* x, std::size_t cols, void* out) {
 
 namespace {
 
-// The activation quantization of n values: d = max|x| / 127, q = x * (1 / d) rounded half away
-// from zero in [-127, 127]. Returns d.
+// The activation quantization of n values, as llama.cpp's x86 CPU backend does it
+// (quantize_row_q8_0's AVX path, quantize_row_q8_K): s = 127 / max|x| (0 for an all-zero span),
+// q = x * s rounded to nearest, ties to even, in [-127, 127]. Returns max|x|.
 float quantize_span(const float* x, int n, std::int8_t* q) {
   float amax = 0.0f;
   for (int k = 0; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
-  const float d = amax / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const float s = amax != 0.0f ? 127.0f / amax : 0.0f;
   for (int k = 0; k < n; ++k)
-    q[k] = static_cast<std::int8_t>(std::clamp(round_int(x[k] * id), -127, 127));
-  return d;
+    q[k] =
+        static_cast<std::int8_t>(std::clamp(static_cast<int>(std::nearbyint(x[k] * s)), -127, 127));
+  return amax;
 }
 
 int sum_of(const std::int8_t* q, int n) {
@@ -360,8 +361,8 @@ void quantize_activations(const float* x, std::size_t T, std::size_t K, std::int
   for (std::size_t t = 0; t < T; ++t) {
     for (std::size_t b = 0; b < nb; ++b) {
       std::int8_t* qb = q + t * K + b * 32;
-      const float dd = quantize_span(x + t * K + b * 32, 32, qb);
-      d[t * nb + b] = f16_to_f32(f32_to_f16(dd));
+      const float amax = quantize_span(x + t * K + b * 32, 32, qb);
+      d[t * nb + b] = f16_to_f32(f32_to_f16(amax / 127.0f));
       sum[t * nb + b] = sum_of(qb, 32);
     }
   }
@@ -373,7 +374,8 @@ void quantize_activations_k(const float* x, std::size_t T, std::size_t K, std::i
   for (std::size_t t = 0; t < T; ++t) {
     for (std::size_t sb = 0; sb < nsb; ++sb) {
       std::int8_t* qb = q + t * K + sb * 256;
-      const float dd = quantize_span(x + t * K + sb * 256, 256, qb);
+      const float amax = quantize_span(x + t * K + sb * 256, 256, qb);
+      const float dd = amax != 0.0f ? 1.0f / (127.0f / amax) : 0.0f;
       for (std::size_t g = 0; g < 16; ++g) {
         const int s = sum_of(qb + 16 * g, 16);
         const std::size_t at = t * (K / 16) + sb * 16 + g;

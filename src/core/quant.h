@@ -93,12 +93,16 @@ void quantize_row(DType t, const float* x, std::size_t cols, void* out);
 
 // ---- activations ----------------------------------------------------------------------------
 
-// A row of K activations quantized to 8 bits in blocks of 32, as llama.cpp does for its Q8_0 dot
-// products (for every weight type here but Q4_K and Q6_K): per block d = max|x| / 127 rounded to
-// f16 (ggml's Q8_0 keeps d in f16), q = round(x / d) in [-127, 127], and the sum of the q.
+// A row of K activations quantized to 8 bits in blocks of 32, as llama.cpp's x86 CPU backend does
+// for its Q8_0 dot products (for every weight type here but Q4_K and Q6_K; quantize_row_q8_0's
+// AVX path): per block s = 127 / max|x|, q = x * s rounded to nearest with ties to even, in
+// [-127, 127], d = max|x| / 127 rounded to f16 (ggml's Q8_0 keeps d in f16), and the sum of the
+// q. (ggml's portable reference computes 1 / d and rounds ties away from zero; the x86 build,
+// the one rkv is compared with, does not.)
 // For Q4_K and Q6_K weights the activations are instead quantized in super-blocks of 256, in the
-// layout of llama.cpp's Q8_K (quantize_activations_k): d = max|x| / 127 per 256 elements, kept in
-// float, q = round(x / d) in [-127, 127], and the sums of the q per 16 elements. One scale per
+// layout of llama.cpp's Q8_K (quantize_activations_k): the same q per 256 elements, d = 1 / s
+// kept in float (ggml's quantize_row_q8_K stores -1 / s and -q when the largest |x| is positive,
+// which multiplies out to the same products), and the sums of the q per 16 elements. One scale per
 // super-block lets the kernels sum the integer products of all of a super-block's sub-blocks,
 // each times its integer weight scale, before any float arithmetic.
 // A matmul fills the fields its weight type reads: q, d and sum (blocks of 32) or qk, dk, bsum
@@ -125,7 +129,7 @@ inline bool uses_superblock_activations(DType t) {
 
 // Quantizes T rows of K floats (K a multiple of 256) into super-blocks: q [T][K], d [T][K / 256],
 // bsum and fsum [T][K / 16] (fsum = d * bsum, one float multiply). Rounding as
-// quantize_activations (half away from zero).
+// quantize_activations (to nearest, ties to even).
 void quantize_activations_k(const float* x, std::size_t T, std::size_t K, std::int8_t* q, float* d,
                             std::int16_t* bsum, float* fsum);
 

@@ -481,8 +481,7 @@ struct Tile {
 };
 
 // quant::quantize_activations(_k)'s float operations, eight lanes at a time: the largest |x|
-// of v[0 .. n), and x * (1 / d) rounded half away from zero (truncate, then step away from zero
-// where |frac| >= 0.5) and clamped to [-127, 127], as int32.
+// of v[0 .. n), and x * s rounded to nearest (ties to even) and clamped to [-127, 127], as int32.
 inline float abs_max(const __m256* v, int n) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 m = _mm256_setzero_ps();
@@ -493,16 +492,8 @@ inline float abs_max(const __m256* v, int n) {
   return _mm_cvtss_f32(m4);
 }
 
-inline __m256i round_scaled(__m256 v, __m256 idv) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
-  const __m256 p = _mm256_mul_ps(v, idv);
-  const __m256 tr = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m256 frac = _mm256_and_ps(_mm256_sub_ps(p, tr), abs_mask);
-  const __m256 step =
-      _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ),
-                    _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(p, sign_mask)));
-  __m256 r = _mm256_add_ps(tr, step);
+inline __m256i round_scaled(__m256 v, __m256 sv) {
+  __m256 r = _mm256_round_ps(_mm256_mul_ps(v, sv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
   return _mm256_cvtps_epi32(r);
 }
@@ -522,8 +513,8 @@ inline std::int32_t hsum_i32(__m256i s) {
   return _mm_cvtsi128_si32(s4);
 }
 
-// quant::quantize_activations with the same float operations (max|x|, d = amax / 127, 1 / d,
-// the rounding above, d rounded to f16 to nearest even), so the bytes are identical.
+// quant::quantize_activations with the same float operations (max|x|, s = 127 / max|x|, the
+// rounding above, d = max|x| / 127 rounded to f16 to nearest even), so the bytes are identical.
 void quantize_activations_avx2(const float* x, std::size_t T, std::size_t K, std::int8_t* q,
                                float* d, std::int32_t* sum) {
   const std::size_t nb = K / 32;
@@ -532,12 +523,13 @@ void quantize_activations_avx2(const float* x, std::size_t T, std::size_t K, std
       const float* xb = x + t * K + b * 32;
       __m256 v[4];
       for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
-      const float dd = abs_max(v, 4) / 127.0f;
-      const __m256 idv = _mm256_set1_ps(dd != 0.0f ? 1.0f / dd : 0.0f);
+      const float amax = abs_max(v, 4);
+      const float dd = amax / 127.0f;
+      const __m256 sv = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
       __m256i qi[4];
       __m256i s = _mm256_setzero_si256();
       for (int i = 0; i < 4; ++i) {
-        qi[i] = round_scaled(v[i], idv);
+        qi[i] = round_scaled(v[i], sv);
         s = _mm256_add_epi32(s, qi[i]);
       }
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + t * K + b * 32), pack_bytes(qi));
@@ -548,7 +540,7 @@ void quantize_activations_avx2(const float* x, std::size_t T, std::size_t K, std
   }
 }
 
-// quant::quantize_activations_k likewise (d kept in float, the sums per 16).
+// quant::quantize_activations_k likewise (d = 1 / s kept in float, the sums per 16).
 void quantize_activations_k_avx2(const float* x, std::size_t T, std::size_t K, std::int8_t* q,
                                  float* d, std::int16_t* bsum, float* fsum) {
   const std::size_t nsb = K / 256;
@@ -557,11 +549,13 @@ void quantize_activations_k_avx2(const float* x, std::size_t T, std::size_t K, s
       const float* xb = x + t * K + sb * 256;
       __m256 v[32];
       for (int i = 0; i < 32; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
-      const float dd = abs_max(v, 32) / 127.0f;
-      const __m256 idv = _mm256_set1_ps(dd != 0.0f ? 1.0f / dd : 0.0f);
+      const float amax = abs_max(v, 32);
+      const float scale = amax != 0.0f ? 127.0f / amax : 0.0f;
+      const float dd = amax != 0.0f ? 1.0f / scale : 0.0f;
+      const __m256 sv = _mm256_set1_ps(scale);
       for (int c = 0; c < 8; ++c) {  // 32 elements at a time
         __m256i qi[4];
-        for (int i = 0; i < 4; ++i) qi[i] = round_scaled(v[4 * c + i], idv);
+        for (int i = 0; i < 4; ++i) qi[i] = round_scaled(v[4 * c + i], sv);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + t * K + sb * 256 + 32 * c),
                             pack_bytes(qi));
         const std::size_t at = t * (K / 16) + sb * 16 + 2 * static_cast<std::size_t>(c);
