@@ -16,15 +16,47 @@ struct TokenizeOptions {
   std::string tokenizer_dir;
   std::string text;
   std::string file;
+  std::string jsonl;
   bool tokens = false;
   bool no_special = false;
 };
+
+// --jsonl: one JSON string (or object with a "text" string) per line in, one JSON list of ids
+// per line out, the tokenizer loaded once.
+void run_tokenize_lines(const TokenizeOptions& o) {
+  std::ifstream in(o.jsonl, std::ios::binary);
+  if (!in) throw Error("cannot open the file given with --jsonl: " + o.jsonl);
+  const Tokenizer tokenizer = Tokenizer::load(o.tokenizer_dir);
+  std::string line;
+  for (std::size_t n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    nlohmann::json item;
+    try {
+      item = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(o.jsonl + " line " + std::to_string(n) + ": not JSON (" + e.what() + ")");
+    }
+    if (item.is_object() && item.contains("text")) item = item["text"];
+    if (!item.is_string())
+      throw Error(o.jsonl + " line " + std::to_string(n) +
+                  ": expected a JSON string or an object with a \"text\" string");
+    const std::vector<int32_t> ids = tokenizer.encode(item.get<std::string>(), !o.no_special);
+    std::printf("%s\n", nlohmann::json(ids).dump().c_str());
+  }
+}
 
 void run_tokenize(const TokenizeOptions& o) {
   if (o.tokenizer_dir.empty()) {
     throw Error("give the tokenizer directory with --tokenizer DIR (or --model DIR)");
   }
   if (!o.text.empty() && !o.file.empty()) throw Error("give --text or --file, not both");
+  if (!o.jsonl.empty()) {
+    if (!o.text.empty() || !o.file.empty())
+      throw Error("give --jsonl alone, not with --text or --file");
+    if (o.tokens) throw Error("--tokens prints one text's tokens: leave it out with --jsonl");
+    run_tokenize_lines(o);
+    return;
+  }
   std::string text = o.text;
   if (!o.file.empty()) {
     text = read_file(o.file, "the file given with --file");
@@ -57,6 +89,10 @@ const RegisterCommand kRegister{
           ->type_name("TEXT");
       app.add_option("--file", o->file,
                      "Read the text to tokenize from this file, byte for byte (default: none)")
+          ->type_name("FILE");
+      app.add_option("--jsonl", o->jsonl,
+                     "Tokenize many texts: one JSON string (or object with a \"text\" string) per "
+                     "line of this file; prints one JSON list of ids per line (default: none)")
           ->type_name("FILE");
       app.add_flag("--tokens", o->tokens,
                    "Also print the tokens (vocabulary form, e.g. \"Ġworld\") as a JSON list on "
