@@ -446,5 +446,43 @@ TEST(TokenizerErrors, OutOfRangeIdInSmallVocabulary) {
   EXPECT_THROW(stream.push(1000), Error);
 }
 
+// `rkv tokenize --jsonl`: one line of ids per text line (a JSON string or an object's "text";
+// blank lines skipped), each the library's encoding, and a bad line an error naming it.
+TEST(TokenizeCli, JsonlGivesOneLineOfIdsPerText) {
+  const std::filesystem::path dir = test::shipped_model_dir();
+  const Tokenizer tokenizer = Tokenizer::load(dir);
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / ("rkv_tokenize_" + std::to_string(::getpid()));
+  const std::vector<std::string> texts = {"Hello world", "a  b\n\nc", "2 + 2 = 4"};
+  {
+    std::ofstream f(file);
+    f << nlohmann::json(texts[0]).dump() << "\n\n"
+      << nlohmann::json{{"text", texts[1]}}.dump() << "\n"
+      << nlohmann::json(texts[2]).dump() << "\n";
+  }
+  const std::string base =
+      test::rkv_binary() + " tokenize --tokenizer " + dir.string() + " --jsonl " + file.string();
+  std::string out;
+  ASSERT_EQ(test::run_command(base, out), 0) << out;
+  std::vector<std::vector<int32_t>> lines;
+  std::size_t at = 0;
+  for (std::size_t nl; (nl = out.find('\n', at)) != std::string::npos; at = nl + 1)
+    lines.push_back(nlohmann::json::parse(out.substr(at, nl - at)).get<std::vector<int32_t>>());
+  ASSERT_EQ(lines.size(), texts.size());
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_FALSE(lines[i].empty());
+    EXPECT_EQ(lines[i], tokenizer.encode(texts[i], true)) << texts[i];
+  }
+  {
+    std::ofstream f(file);
+    f << "\"fine\"\n[1, 2]\n";
+  }
+  EXPECT_EQ(test::run_command(base + " 2>&1", out), 1);
+  EXPECT_NE(out.find("line 2"), std::string::npos) << out;
+  EXPECT_EQ(test::run_command(base + " --text x 2>&1", out), 1);
+  EXPECT_NE(out.find("--jsonl alone"), std::string::npos) << out;
+  std::filesystem::remove(file);
+}
+
 }  // namespace
 }  // namespace rkv
