@@ -1,0 +1,157 @@
+"""rkv's TriAttention selection against the reference's TriAttention.compute_keep_indices
+(WeianMao/triattention, triattention/methods/triattention.py and pruning_utils.py, run unmodified
+with transformers' imports stubbed: the scoring reads none of it) on random single calls: per_head,
+union and per_layer_perhead; 1 to 3 layers; query/KV heads 4/4, 8/2, 12/4, 6/2, 4/1; head sizes 16
+to 64; prompts of 0 to 32; caches left by an earlier per-head round (survivors in another order
+per KV head, as the reference leaves them) or fresh; normalisation on or off; the MLR or trig term
+off; RoPE theta 1e4 or 1e6. The reference object is built without its loader (which needs a model
+directory): the calibration statistics, HF's default rotary tables and the positions are set on it
+directly. Kept position sets must be equal; a case with a top-k cut under 1e-4 is skipped.
+
+Usage (scripts/compression-crosscheck.sh runs it): triattention_diff.py REFDIR RKV WORKDIR N SEED
+REFDIR holds triattention.py and pruning_utils.py. Exits 1 on any difference.
+"""
+import json, math, subprocess, sys, types
+import numpy as np
+import torch
+torch.set_num_threads(1)
+# stub transformers for the imports
+tf = types.ModuleType('transformers'); tf.AutoConfig = object
+cu = types.ModuleType('transformers.cache_utils'); cu.Cache = object; cu.DynamicCache = object
+mo = types.ModuleType('transformers.modeling_outputs'); mo.CausalLMOutputWithPast = object
+sys.modules.update({'transformers': tf, 'transformers.cache_utils': cu, 'transformers.modeling_outputs': mo})
+REFDIR, RKV, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+src = open(REFDIR + '/pruning_utils.py').read()
+a = src.index('from transformers import AutoConfig'); b = src.index('\n\n', src.index('LlamaRotaryEmbedding'))
+src = src[:a] + 'Qwen3RotaryEmbedding = object\nLlamaRotaryEmbedding = object\n' + src[b:]
+pu = types.ModuleType('pruning_utils'); sys.modules['pruning_utils'] = pu; exec(compile(src, 'pruning_utils.py', 'exec'), pu.__dict__)
+src = open(REFDIR + '/triattention.py').read()
+src = src.replace('from .pruning_utils import', 'from pruning_utils import').replace('from ..common.stats_utils import validate_stats_metadata', 'validate_stats_metadata = None')
+tm = types.ModuleType('triattention_ref'); sys.modules['triattention_ref'] = tm; exec(compile(src, 'triattention.py', 'exec'), tm.__dict__)
+TriAttention = tm.TriAttention
+
+class Rotary:
+    """HF default RoPE (half style): cos/sin of float32 inv_freq * float32 position."""
+    def __init__(self, d, theta):
+        self.inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+        self.attention_scaling = 1.0
+        self._rope_style = 'half'
+    def __call__(self, x, position_ids):
+        freqs = position_ids[:, :, None].float() * self.inv_freq[None, None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
+
+def grid(a): return np.clip(np.round(a * 256) / 256, -4, 4).astype(np.float32)
+
+def rope_rotate(k, pos, rot):  # k [N][d] pre-RoPE -> post
+    cos, sin = rot(None, torch.tensor(pos).unsqueeze(0))
+    kt = torch.from_numpy(k)
+    d = kt.shape[-1] // 2
+    rh = torch.cat((-kt[:, d:], kt[:, :d]), -1)
+    return (kt * cos[0] + rh * sin[0]).numpy()
+
+def one(rng, i):
+    qh, kvh = [(4, 4), (8, 2), (12, 4), (6, 2), (4, 1)][rng.integers(0, 5)]
+    d = int(rng.choice([16, 32, 64]))
+    L = int(rng.integers(1, 4))
+    P = int(rng.choice([0, 4, 16, 32]))
+    prior = bool(rng.random() < 0.5)
+    n_new = int(rng.choice([64, 128, 200]))
+    survivors = int(rng.choice([0, 32, 64])) if prior else 0
+    N = P + survivors + n_new
+    B = int(rng.integers(P + 4, N - 2)) if N - 2 > P + 4 else N - 1
+    theta = float(rng.choice([10000.0, 1e6]))
+    rot = Rotary(d, theta)
+    F = d // 2
+    # positions: prompt 0..P-1; survivors: a random subset of earlier positions per head, out of order; new ones consecutive
+    first_new = P + survivors + int(rng.integers(0, 300)) if prior else P
+    positions = []
+    for h in range(kvh):
+        surv = (rng.choice(np.arange(P, first_new), survivors, replace=False) if survivors else np.array([], dtype=int))
+        rng.shuffle(surv)
+        positions.append([int(x) for x in list(range(P)) + list(surv) + list(range(first_new, first_new + n_new))])
+    R = first_new + n_new
+    mode = str(rng.choice(['per_head', 'union', 'per_layer_perhead']))
+    normalize = bool(rng.random() < 0.8)
+    disable_mlr = bool(rng.random() < 0.15); disable_trig = bool(rng.random() < 0.15)
+    qmr = rng.normal(0, 1, (L, qh, F)).astype(np.float32); qmi = rng.normal(0, 1, (L, qh, F)).astype(np.float32)
+    qabs = (np.sqrt(qmr ** 2 + qmi ** 2) * rng.uniform(1.0, 1.6, (L, qh, F))).astype(np.float32)
+    keys_pre = grid(rng.normal(0, 1, (L, kvh, N, d)))
+    keys = np.stack([np.stack([grid(rope_rotate(keys_pre[l, h], positions[h], rot)) for h in range(kvh)]) for l in range(L)])
+    # reference object without __init__
+    t = object.__new__(TriAttention)
+    t.config = types.SimpleNamespace(device=torch.device('cpu'), dtype=torch.float32, budget=B, layer_perhead_aggregation='max')
+    t.budget = B
+    t.sampled_heads = [(l, j) for l in range(L) for j in range(qh)]
+    t.head_stats = {(l, j): pu.HeadFrequencyStats(torch.complex(torch.from_numpy(qmr[l, j]), torch.from_numpy(qmi[l, j])), torch.from_numpy(qabs[l, j])) for l in range(L) for j in range(qh)}
+    t.rotary = rot; t.rope_style = 'half'; t.attention_scale = 1.0; t.head_dim = d
+    t.omega = rot.inv_freq[:F].float(); t.offsets = pu.build_geometric_offsets(65536, torch.device('cpu'))
+    t.freq_scale_sq = pu.compute_frequency_scaling(rot, d, torch.float32, torch.device('cpu')).pow(2)
+    t.num_attention_heads = qh; t.num_key_value_heads = kvh; t.num_key_value_groups = qh // kvh
+    t.cache_positions = list(positions[0])
+    t.cache_positions_per_head = [list(p) for p in positions] if prior else None
+    if not prior: positions = [list(positions[0])] * kvh
+    t.cache_positions_per_layer_perhead = None
+    t.absolute_position = R; t.prefix_length = P; t.divide_length = 128
+    t.score_aggregation = 'mean'; t.normalize_scores = normalize; t.use_slack_trigger = True
+    t.per_head_pruning = mode == 'per_head'; t.per_layer_perhead_pruning = mode == 'per_layer_perhead'
+    t.layer_perhead_aggregation = 'max'
+    t.disable_mlr = disable_mlr; t.disable_trig = disable_trig; t.allow_prefill_compression = False; t.generator = None
+    if mode == 'per_layer_perhead' and prior:
+        # each (layer, KV head) carries its head's list (rkv: a head's positions in every layer)
+        t.cache_positions_per_layer_perhead = {(l, h): list(positions[h]) for l in range(L) for h in range(kvh)}
+    pkv = tuple((torch.from_numpy(keys[l]).unsqueeze(0), torch.zeros(1)) for l in range(L))
+    # near-tie check: recompute aggregated scores via spy on topk
+    tops = []
+    orig = torch.topk; origm = torch.Tensor.topk
+    def spy(x, *a, **kw):
+        tops.append((x.detach().clone(), kw.get('k', a[0] if a else None))); return orig(x, *a, **kw)
+    def spym(x, *a, **kw):
+        tops.append((x.detach().clone(), kw.get('k', a[0] if a else None))); return origm(x, *a, **kw)
+    torch.topk = spy; torch.Tensor.topk = spym
+    try:
+        keep = t.compute_keep_indices(pkv, prefix_length=P)
+    finally:
+        torch.topk = orig; torch.Tensor.topk = origm
+    for x, k in tops:
+        v = np.sort(x.double().numpy())[::-1]
+        if k is not None and k < len(v) and np.isfinite(v[k]) and v[k - 1] - v[k] < 1e-4:
+            return None
+    keep = keep.numpy()
+    if mode == 'union':
+        want = [sorted(positions[h][i] for i in keep) for h in range(kvh)]
+    elif mode == 'per_head':
+        want = [sorted(positions[h][i] for i in keep[h]) for h in range(kvh)]
+    else:
+        want = [[sorted(positions[h][i] for i in keep[l, h]) for h in range(kvh)] for l in range(L)]
+    case = dict(format_version=1, case_id=f't{i}', method='triattention', preset='x',
+                params=dict(budget=B, divide_length=128, use_slack_trigger=True, count_prompt_tokens=True, allow_prefill_compression=False,
+                            normalize_scores=normalize, score_aggregation='mean', offset_max_length=65536, pruning_seed=0,
+                            layer_perhead_aggregation='max', disable_mlr=disable_mlr, disable_trig=disable_trig, selection_mode=mode, window_size=None),
+                rope=dict(style='half', theta=theta, head_dim=d, rope_type='default', attention_scaling=1.0,
+                          omega=t.omega.tolist(), freq_scale_sq=t.freq_scale_sq.tolist(), offsets=[float(x) for x in t.offsets.tolist()]),
+                shapes=dict(batch=1, layers=L, q_heads=qh, kv_heads=kvh, group=qh // kvh, head_dim=d, freq_count=F, kv_len=N, prefix_len=P),
+                inputs=dict(key=keys.tolist(), positions=[list(p) for p in positions], prefix_len=P, round_start=R,
+                            calibration=dict(q_mean_real=qmr.tolist(), q_mean_imag=qmi.tolist(), q_abs_mean=qabs.tolist())),
+                expected={})
+    path = WORK + '/case.json'; json.dump(case, open(path, 'w'))
+    o = subprocess.run([RKV, 'policy-run', '--case', path], capture_output=True, text=True)
+    desc = f'{mode} q{qh}/kv{kvh} d{d} L{L} P{P} N{N} B{B} prior={prior} norm={normalize} mlr_off={disable_mlr} trig_off={disable_trig} theta={theta}'
+    if o.returncode != 0: return (desc, 'rkv error: ' + o.stderr[-300:])
+    got = json.loads(o.stdout)['kept_positions']
+    if mode == 'per_layer_perhead':
+        got = [[sorted(x) for x in layer] for layer in got]
+    else:
+        got = [sorted(x) for x in got]
+    return (desc, 'ok' if got == want else f'kept positions differ')
+
+n, seed = int(sys.argv[4]), int(sys.argv[5])
+rng = np.random.default_rng(seed)
+st = {'ok': 0, 'skip': 0, 'bad': 0}
+for i in range(n):
+    r = one(rng, i)
+    if r is None: st['skip'] += 1
+    elif r[1] == 'ok': st['ok'] += 1
+    else: st['bad'] += 1; print('DIFFERS:', r[0], '->', r[1], flush=True)
+print(f"TriAttention: {st['ok']} equal, {st['bad']} different, {st['skip']} skipped (near-tie at the cut)")
+sys.exit(1 if st['bad'] else 0)
