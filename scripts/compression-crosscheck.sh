@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # rkv's compression methods against the reference code the goldens came from, on random cases
 # (tools/reference-check/): R-KV's R1KV, SnapKV and StreamingLLM, G-KV's ScoreBasedKV
-# (compression_diff.py) and TriAttention's compute_keep_indices (triattention_diff.py), run
-# unmodified under Debian's python3-torch beside `rkv policy-run`. The references are fetched by
-# whoever runs this (git clones of Zefan-Cai/R-KV, microsoft/G-KV, WeianMao/triattention), never
+# (compression_diff.py) and TriAttention's compute_keep_indices and patched forward
+# (triattention_diff.py, triattention_rounds_diff.py), run unmodified under Debian's
+# python3-torch beside `rkv policy-run`. The references are fetched by whoever runs this (git clones of Zefan-Cai/R-KV, microsoft/G-KV, WeianMao/triattention), never
 # vendored; their files are read at the goldens' commits with `git show`.
 #
 #   scripts/compression-crosscheck.sh --rkv-repo DIR --gkv-repo DIR [--triattention-repo DIR]
@@ -55,6 +55,8 @@ if [[ -n "$TRI_REF" ]]; then
     git -C "$TRI_REF" show "$T:triattention/methods/$f.py" > "$WORK/tri/$f.py"
   done
   /usr/bin/python3 "$ROOT/tools/reference-check/triattention_diff.py" \
+    "$WORK/tri" "$ROOT/build/rkv" "$WORK" "$CASES" "$SEED" || status=1
+  /usr/bin/python3 "$ROOT/tools/reference-check/triattention_rounds_diff.py" \
     "$WORK/tri" "$ROOT/build/rkv" "$WORK" "$CASES" "$SEED" || status=1
 fi
 exit $status
