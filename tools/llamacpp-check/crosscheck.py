@@ -154,6 +154,24 @@ def main():
             extra = ("--matmul-precision", "llamacpp") if dtype in ("bf16", "f16", "mxfp4") else ()
             label = f"make-model {shape}, {dtype}" + (", llamacpp precision" if extra else "")
             report(label, False, lambda p=path, e=extra: compare(rkv, dump, p, P13, e))
+    # llama.cpp's GGUF goldens' model (a real trained one) with other prompts: BOS and 1 to 30
+    # random ids, every file; all in llamacpp precision (the q8_0 and q4_0 files keep ffn_down in
+    # f16, whose activations llama.cpp rounds to f16).
+    stories = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
+                           "golden", "gguf")
+    stories = os.environ.get("RKV_SHARED_DIR", os.path.dirname(os.path.dirname(stories)))
+    stories = os.path.join(stories, "golden", "gguf")
+    if os.path.isdir(stories):
+        rng = np.random.default_rng(3)
+        for dtype in ("f32", "f16", "bf16", "q8_0", "q4_0"):
+            for k in range(2 if quick else 6):
+                prompt = [1] + [int(x) for x in rng.integers(3, 512, int(rng.integers(1, 31)))]
+                path = os.path.join(stories, f"stories260K-{dtype}.gguf")
+                extra = () if dtype == "f32" else ("--matmul-precision", "llamacpp")
+                label = f"stories260K {dtype}, prompt {k + 1} ({len(prompt)} ids)"
+                report(label, dtype == "f32", lambda p=path, pr=prompt, e=extra: compare(rkv, dump, p, pr, e))
+    else:
+        print(f"| stories260K | - | - | skipped: {stories} is absent |")
     sys.exit(1 if failed else 0)
 
 
