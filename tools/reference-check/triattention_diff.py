@@ -11,37 +11,21 @@ directly. Kept position sets must be equal; a case with a top-k cut under 1e-4 i
 Usage (scripts/compression-crosscheck.sh runs it): triattention_diff.py REFDIR RKV WORKDIR N SEED
 REFDIR holds triattention.py and pruning_utils.py. Exits 1 on any difference.
 """
-import json, math, subprocess, sys, types
+import json
+import subprocess
+import sys
+import types
+
 import numpy as np
 import torch
-torch.set_num_threads(1)
-# stub transformers for the imports
-tf = types.ModuleType('transformers'); tf.AutoConfig = object
-cu = types.ModuleType('transformers.cache_utils'); cu.Cache = object; cu.DynamicCache = object
-mo = types.ModuleType('transformers.modeling_outputs'); mo.CausalLMOutputWithPast = object
-sys.modules.update({'transformers': tf, 'transformers.cache_utils': cu, 'transformers.modeling_outputs': mo})
+
+import triattention_ref as ref
+from triattention_ref import Rotary, TopkSpy, grid
+
 REFDIR, RKV, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
-src = open(REFDIR + '/pruning_utils.py').read()
-a = src.index('from transformers import AutoConfig'); b = src.index('\n\n', src.index('LlamaRotaryEmbedding'))
-src = src[:a] + 'Qwen3RotaryEmbedding = object\nLlamaRotaryEmbedding = object\n' + src[b:]
-pu = types.ModuleType('pruning_utils'); sys.modules['pruning_utils'] = pu; exec(compile(src, 'pruning_utils.py', 'exec'), pu.__dict__)
-src = open(REFDIR + '/triattention.py').read()
-src = src.replace('from .pruning_utils import', 'from pruning_utils import').replace('from ..common.stats_utils import validate_stats_metadata', 'validate_stats_metadata = None')
-tm = types.ModuleType('triattention_ref'); sys.modules['triattention_ref'] = tm; exec(compile(src, 'triattention.py', 'exec'), tm.__dict__)
+pu, tm = ref.load(REFDIR)
 TriAttention = tm.TriAttention
 
-class Rotary:
-    """HF default RoPE (half style): cos/sin of float32 inv_freq * float32 position."""
-    def __init__(self, d, theta):
-        self.inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
-        self.attention_scaling = 1.0
-        self._rope_style = 'half'
-    def __call__(self, x, position_ids):
-        freqs = position_ids[:, :, None].float() * self.inv_freq[None, None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
-
-def grid(a): return np.clip(np.round(a * 256) / 256, -4, 4).astype(np.float32)
 
 def rope_rotate(k, pos, rot):  # k [N][d] pre-RoPE -> post
     cos, sin = rot(None, torch.tensor(pos).unsqueeze(0))
@@ -61,7 +45,7 @@ def one(rng, i):
     N = P + survivors + n_new
     B = int(rng.integers(P + 4, N - 2)) if N - 2 > P + 4 else N - 1
     theta = float(rng.choice([10000.0, 1e6]))
-    rot = Rotary(d, theta)
+    rot = Rotary(types.SimpleNamespace(head_dim=d, rope_theta=theta))
     F = d // 2
     # positions: prompt 0..P-1; survivors: a random subset of earlier positions per head, out of order; new ones consecutive
     first_new = P + survivors + int(rng.integers(0, 300)) if prior else P
@@ -101,22 +85,10 @@ def one(rng, i):
         # each (layer, KV head) carries its head's list (rkv: a head's positions in every layer)
         t.cache_positions_per_layer_perhead = {(l, h): list(positions[h]) for l in range(L) for h in range(kvh)}
     pkv = tuple((torch.from_numpy(keys[l]).unsqueeze(0), torch.zeros(1)) for l in range(L))
-    # near-tie check: recompute aggregated scores via spy on topk
-    tops = []
-    orig = torch.topk; origm = torch.Tensor.topk
-    def spy(x, *a, **kw):
-        tops.append((x.detach().clone(), kw.get('k', a[0] if a else None))); return orig(x, *a, **kw)
-    def spym(x, *a, **kw):
-        tops.append((x.detach().clone(), kw.get('k', a[0] if a else None))); return origm(x, *a, **kw)
-    torch.topk = spy; torch.Tensor.topk = spym
-    try:
+    with TopkSpy() as spy:
         keep = t.compute_keep_indices(pkv, prefix_length=P)
-    finally:
-        torch.topk = orig; torch.Tensor.topk = origm
-    for x, k in tops:
-        v = np.sort(x.double().numpy())[::-1]
-        if k is not None and k < len(v) and np.isfinite(v[k]) and v[k - 1] - v[k] < 1e-4:
-            return None
+    if spy.near_tie():
+        return None
     keep = keep.numpy()
     if mode == 'union':
         want = [sorted(positions[h][i] for i in keep) for h in range(kvh)]
@@ -137,21 +109,13 @@ def one(rng, i):
     path = WORK + '/case.json'; json.dump(case, open(path, 'w'))
     o = subprocess.run([RKV, 'policy-run', '--case', path], capture_output=True, text=True)
     desc = f'{mode} q{qh}/kv{kvh} d{d} L{L} P{P} N{N} B{B} prior={prior} norm={normalize} mlr_off={disable_mlr} trig_off={disable_trig} theta={theta}'
-    if o.returncode != 0: return (desc, 'rkv error: ' + o.stderr[-300:])
+    if o.returncode != 0:
+        return (desc, 'rkv error: ' + o.stderr[-300:])
     got = json.loads(o.stdout)['kept_positions']
     if mode == 'per_layer_perhead':
         got = [[sorted(x) for x in layer] for layer in got]
     else:
         got = [sorted(x) for x in got]
-    return (desc, 'ok' if got == want else f'kept positions differ')
+    return (desc, '' if got == want else 'kept positions differ')
 
-n, seed = int(sys.argv[4]), int(sys.argv[5])
-rng = np.random.default_rng(seed)
-st = {'ok': 0, 'skip': 0, 'bad': 0}
-for i in range(n):
-    r = one(rng, i)
-    if r is None: st['skip'] += 1
-    elif r[1] == 'ok': st['ok'] += 1
-    else: st['bad'] += 1; print('DIFFERS:', r[0], '->', r[1], flush=True)
-print(f"TriAttention: {st['ok']} equal, {st['bad']} different, {st['skip']} skipped (near-tie at the cut)")
-sys.exit(1 if st['bad'] else 0)
+ref.run_cases(one, int(sys.argv[4]), int(sys.argv[5]), "TriAttention")

@@ -13,43 +13,22 @@ tie-break noise is off; a stream with a top-k cut under 1e-4 is skipped.
 Usage (scripts/compression-crosscheck.sh runs it): triattention_rounds_diff.py REFDIR RKV WORKDIR N SEED
 REFDIR holds triattention.py and pruning_utils.py. Exits 1 on any difference.
 """
-import json, math, os, subprocess, sys, types, io, contextlib
+import contextlib
+import io
+import json
+import subprocess
+import sys
+import types
+
 import numpy as np
 import torch
-torch.set_num_threads(1)
+
+import triattention_ref as ref
+from triattention_ref import Rotary, TopkSpy, grid
+
 REFDIR, RKV, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
-CFG = {}
-class AutoConfig:
-    @staticmethod
-    def from_pretrained(path, trust_remote_code=True):
-        return types.SimpleNamespace(**CFG)
-class Dummy: pass
-class Out:
-    def __init__(self, **kw): self.__dict__.update(kw)
-tf = types.ModuleType('transformers'); tf.AutoConfig = AutoConfig
-cu = types.ModuleType('transformers.cache_utils'); cu.Cache = Dummy; cu.DynamicCache = Dummy
-mo = types.ModuleType('transformers.modeling_outputs'); mo.CausalLMOutputWithPast = Out
-sys.modules.update({'transformers': tf, 'transformers.cache_utils': cu, 'transformers.modeling_outputs': mo})
-class Rot(torch.nn.Module):
-    """HF's default rotary embedding (Qwen3RotaryEmbedding with rope_type default)."""
-    def __init__(self, config=None, device=None):
-        super().__init__()
-        d = config.head_dim
-        self.config = config
-        self.register_buffer('inv_freq', 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d)), persistent=False)
-        self.attention_scaling = 1.0
-    def forward(self, x, position_ids):
-        freqs = position_ids[:, :, None].float() * self.inv_freq[None, None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
-src = open(REFDIR + '/pruning_utils.py').read()
-a = src.index('from transformers import AutoConfig'); b = src.index('\n\n', src.index('LlamaRotaryEmbedding'))
-src = src[:a] + 'from transformers import AutoConfig\nQwen3RotaryEmbedding = None\nLlamaRotaryEmbedding = None\n' + src[b:]
-pu = types.ModuleType('pruning_utils'); sys.modules['pruning_utils'] = pu; exec(compile(src, 'pruning_utils.py', 'exec'), pu.__dict__)
-pu.Qwen3RotaryEmbedding = Rot
-src = open(REFDIR + '/triattention.py').read()
-src = src.replace('from .pruning_utils import', 'from pruning_utils import').replace('from ..common.stats_utils import validate_stats_metadata', 'def validate_stats_metadata(*a, **k): pass')
-tm = types.ModuleType('triattention_ref'); sys.modules['triattention_ref'] = tm; exec(compile(src, 'triattention.py', 'exec'), tm.__dict__)
+pu, tm = ref.load(REFDIR)
+
 
 class FakeModel(torch.nn.Module):
     """Its forward appends the given post-RoPE keys of the tokens at the positions it is called with."""
@@ -72,9 +51,7 @@ class FakeModel(torch.nn.Module):
             if past is not None:
                 k = torch.cat([past[l][0], k], 2); v = torch.cat([past[l][1], v], 2)
             new.append((k, v))
-        return Out(logits=None, past_key_values=tuple(new))
-
-def grid(a): return np.clip(np.round(a * 256) / 256, -4, 4).astype(np.float32)
+        return ref._Container(logits=None, past_key_values=tuple(new))
 
 def one(rng, i):
     qh, kvh = [(4, 4), (8, 2), (12, 4), (6, 2), (4, 1)][rng.integers(0, 5)]
@@ -85,9 +62,9 @@ def one(rng, i):
     mode = str(rng.choice(['per_head', 'union', 'per_layer_perhead']))
     normalize = bool(rng.random() < 0.8)
     theta = float(rng.choice([10000.0, 1e6]))
-    CFG.clear(); CFG.update(model_type='qwen3', rope_theta=theta, head_dim=d, num_attention_heads=qh, num_key_value_heads=kvh,
+    ref.CONFIG.clear(); ref.CONFIG.update(model_type='qwen3', rope_theta=theta, head_dim=d, num_attention_heads=qh, num_key_value_heads=kvh,
                             num_hidden_layers=L, rope_scaling=None, hidden_size=qh * d, max_position_embeddings=65536)
-    rot = Rot(types.SimpleNamespace(**CFG))
+    rot = Rotary(types.SimpleNamespace(**ref.CONFIG))
     pre = grid(rng.normal(0, 1, (L, kvh, T, d)))
     cos, sin = rot(None, torch.arange(T).unsqueeze(0))
     kt = torch.from_numpy(pre); rh = torch.cat((-kt[..., F:], kt[..., :F]), -1)
@@ -104,24 +81,15 @@ def one(rng, i):
                                     pruning_seed=0)
     comp = model._triattention_compressor
     comp.generator = None  # no tie-break noise: near-ties are skipped below
-    tops = []
-    orig, origm = torch.topk, torch.Tensor.topk
-    def spy(x, *a, **kw): tops.append((x.detach().clone(), kw.get('k', a[0] if a else None))); return orig(x, *a, **kw)
-    def spym(x, *a, **kw): tops.append((x.detach().clone(), kw.get('k', a[0] if a else None))); return origm(x, *a, **kw)
-    torch.topk, torch.Tensor.topk = spy, spym
-    try:
+    with TopkSpy() as spy:
         out = model.forward(input_ids=torch.arange(P).unsqueeze(0), past_key_values=None)
-        comp.generator = None
+        comp.generator = None  # the prefill reset the state and its generator
         pkv = out.past_key_values
         for t in range(P, T):
             out = model.forward(input_ids=torch.tensor([[t]]), past_key_values=pkv)
             pkv = out.past_key_values
-    finally:
-        torch.topk, torch.Tensor.topk = orig, origm
-    for x, k in tops:
-        v = np.sort(x.double().numpy())[::-1]
-        if k is not None and k < len(v) and np.isfinite(v[k]) and v[k - 1] - v[k] < 1e-4:
-            return None
+    if spy.near_tie():
+        return None
     if mode == 'per_layer_perhead':
         if comp.cache_positions_per_layer_perhead is None: return None
         want = [[sorted(comp.cache_positions_per_layer_perhead[(l, h)]) for h in range(kvh)] for l in range(L)]
@@ -143,18 +111,10 @@ def one(rng, i):
     path = WORK + '/case.json'; json.dump(case, open(path, 'w'))
     o = subprocess.run([RKV, 'policy-run', '--case', path], capture_output=True, text=True)
     desc = f'{mode} q{qh}/kv{kvh} d{d} L{L} P{P} B{B} divide {div} T{T} norm={normalize} theta={theta}'
-    if o.returncode != 0: return (desc, 'rkv error: ' + o.stderr[-300:])
+    if o.returncode != 0:
+        return (desc, 'rkv error: ' + o.stderr[-300:])
     got = json.loads(o.stdout)['final_cache_positions']
     got = [[sorted(x) for x in layer] for layer in got] if mode == 'per_layer_perhead' else [sorted(x) for x in got]
-    return (desc, 'ok' if got == want else 'final cache positions differ')
+    return (desc, '' if got == want else 'final cache positions differ')
 
-n, seed = int(sys.argv[4]), int(sys.argv[5])
-rng = np.random.default_rng(seed)
-st = {'ok': 0, 'skip': 0, 'bad': 0}
-for i in range(n):
-    r = one(rng, i)
-    if r is None: st['skip'] += 1
-    elif r[1] == 'ok': st['ok'] += 1
-    else: st['bad'] += 1; print('DIFFERS:', r[0], '->', r[1], flush=True)
-print(f"TriAttention streams: {st['ok']} equal, {st['bad']} different, {st['skip']} skipped (near-tie at a cut)")
-sys.exit(1 if st['bad'] else 0)
+ref.run_cases(one, int(sys.argv[4]), int(sys.argv[5]), "TriAttention streams")
