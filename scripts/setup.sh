@@ -7,7 +7,7 @@ packages=(
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcli11-dev libfmt-dev libcpp-httplib-dev
   libgtest-dev libbenchmark-dev clang-format
   clang libclang-rt-14-dev llvm
-  haproxy prometheus python3 python3-yaml python3-numpy python3-regex
+  haproxy prometheus python3 python3-yaml python3-numpy python3-regex python3-jinja2
   python3-torch libopenblas0-pthread
 )
 missing=()
