@@ -136,11 +136,34 @@ def main():
         print(f"| {name} | {ids} | {dl:.2g} | {verdict} |", flush=True)
 
     variants = VARIANTS[::4] if quick else VARIANTS
+    to_hf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "tools",
+                         "gguf_to_hf.py")
     for i, (name, arch, shape, seed, prompt, expert_type) in enumerate(variants):
         path = os.path.join(work, f"variant{i}.gguf")
         write(path, arch, shape, seed, expert_type=expert_type)
         # Every variant's weights outside the MXFP4 experts are f32: the goldens' bar applies.
         report(name, True, lambda p=path, pr=prompt: compare(rkv, dump, p, pr, ()))
+        # The same model as the Hugging Face checkpoint llama.cpp's converter would have read
+        # (tests/tools/gguf_to_hf.py), through rkv's safetensors loader, against llama.cpp on
+        # the GGUF file.
+        hf = os.path.join(work, f"variant{i}-hf")
+        run([sys.executable, to_hf, path, hf])
+
+        def from_hf(p=path, h=hf, pr=prompt):
+            ids = ",".join(map(str, pr))
+            ref = json.loads(run([dump, p, ids, "32"]))
+            out = run([rkv, "generate", "-m", h, "--prompt-ids", ids, "-n", "32",
+                       "--temperature", "0", "--kv-dtype", "f32", "--print-ids"])
+            got = json.loads(out.strip().splitlines()[-1])
+            lids = ",".join(map(str, pr + ref["greedy_ids"][:3]))
+            lg = json.loads(run([rkv, "logits", "-m", h, "--ids", lids, "--last", "4",
+                                 "--kv-dtype", "f32"]))
+            dl = float(np.abs(np.array(lg["logits"]) - np.array(ref["logits"])).max())
+            first = next((k for k in range(32) if got[k] != ref["greedy_ids"][k]), None)
+            return (32 if first is None else first), 32, dl, (
+                None if first is None else ref["margins"][first])
+
+        report(name + " (safetensors)", True, from_hf)
     shapes = MAKE_SHAPES[:2] if quick else MAKE_SHAPES
     for shape in shapes:
         for dtype in MAKE_TYPES:
