@@ -25,6 +25,9 @@ trap 'rm -rf "$WORK"' EXIT
 g++ -O2 -std=c++17 -I"$LLAMA_DIR/include" -I"$LLAMA_DIR/ggml/include" \
   "$ROOT/tools/llamacpp-check/dump_llamacpp.cpp" -L"$LIBS" -lllama -lggml -lggml-base \
   -Wl,-rpath,"$LIBS" -o "$WORK/dump"
+g++ -O2 -std=c++17 -I"$LLAMA_DIR/include" -I"$LLAMA_DIR/ggml/include" \
+  "$ROOT/tools/llamacpp-check/tokenize_llamacpp.cpp" -L"$LIBS" -lllama -lggml -lggml-base \
+  -Wl,-rpath,"$LIBS" -o "$WORK/tokenize"
 echo "rkv $(git -C "$ROOT" rev-parse --short HEAD) beside llama.cpp $(git -C "$LLAMA_DIR" rev-parse --short HEAD 2>/dev/null || echo '?');" \
   "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(date -u +%Y-%m-%dT%H:%MZ)"
 echo

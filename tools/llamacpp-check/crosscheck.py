@@ -11,8 +11,10 @@ difference moves their logits by up to about 0.5 (a "flip").
 """
 import json
 import os
+import random
 import subprocess
 import sys
+import unicodedata
 
 import numpy as np
 
@@ -195,6 +197,44 @@ def main():
                 report(label, dtype == "f32", lambda p=path, pr=prompt, e=extra: compare(rkv, dump, p, pr, e))
     else:
         print(f"| stories260K | - | - | skipped: {stories} is absent |")
+    # The GGUF vocabularies: llama.cpp's llama_tokenize against rkv tokenize --jsonl on random
+    # texts (tests/tools/tokenizer_diff_check.py's), NFC-normalised for the qwen2 pre-tokenizer
+    # (rkv applies Qwen2's NFC normaliser, llama.cpp does not: docs/USAGE.md).
+    tokenize_oracle = os.path.join(work, "tokenize")
+    if os.path.exists(tokenize_oracle):
+        sys.path.insert(0, os.path.dirname(to_hf))
+        from tokenizer_diff_check import random_text
+        vocabularies = [("make-model tiny (qwen2 pre-tokenizer)", "tiny", True),
+                        ("make-model tiny-llama-256 (llama-bpe)", "tiny-llama-256", False)]
+        if os.path.isdir(stories):
+            vocabularies.append(("stories260K (SentencePiece)", None, False))
+        rng = random.Random(1)
+        for label, shape, nfc in vocabularies:
+            if shape is None:
+                path = os.path.join(stories, "stories260K-f32.gguf")
+            else:
+                path = os.path.join(work, f"vocab-{shape}.gguf")
+                run([rkv, "make-model", "--shape", shape, "--format", "gguf", "--dtype", "q8_0",
+                     "-o", path])
+            texts = [random_text(rng) for _ in range(200 if quick else 1000)]
+            texts = [unicodedata.normalize("NFC", t) if nfc else t for t in texts]
+            escaped = "\n".join(t.replace("\\", "\\\\").replace("\n", "\\n")
+                                 .replace("\t", "\\t").replace("\r", "\\r") for t in texts)
+            want = subprocess.run([tokenize_oracle, path], input=escaped + "\n",
+                                  capture_output=True, text=True)
+            lines = os.path.join(work, "texts.jsonl")
+            with open(lines, "w", encoding="utf-8") as f:
+                for t in texts:
+                    f.write(json.dumps(t) + "\n")
+            got = run([rkv, "tokenize", "--tokenizer", path, "--jsonl", lines]).splitlines()
+            want = want.stdout.splitlines()
+            bad = sum(json.loads(a) != json.loads(b) for a, b in zip(got, want)) + abs(
+                len(got) - len(want))
+            failed = failed or bad > 0
+            verdict = "match" if bad == 0 else "**differs**"
+            print(f"| tokenizer, {label}: {len(texts)} random texts"
+                  f"{' (NFC)' if nfc else ''} | {len(texts) - bad}/{len(texts)} | - | {verdict} |",
+                  flush=True)
     sys.exit(1 if failed else 0)
 
 
