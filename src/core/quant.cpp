@@ -341,9 +341,11 @@ float quantize_span(const float* x, int n, std::int8_t* q) {
   float amax = 0.0f;
   for (int k = 0; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
   const float s = amax != 0.0f ? 127.0f / amax : 0.0f;
+  // Clamped as floats (fmax/fmin also turn a NaN from a non-finite input into a bound) before
+  // the conversion, which a NaN or an out-of-range value would make undefined.
   for (int k = 0; k < n; ++k)
     q[k] =
-        static_cast<std::int8_t>(std::clamp(static_cast<int>(std::nearbyint(x[k] * s)), -127, 127));
+        static_cast<std::int8_t>(std::fmin(std::fmax(std::nearbyint(x[k] * s), -127.0f), 127.0f));
   return amax;
 }
 
