@@ -744,6 +744,24 @@ float ggml_mxfp4_avx2(const std::uint8_t* w, const std::int8_t* q, const float* 
   return sumf;
 }
 
+// A non-finite activation (a broken model's) quantizes without undefined behaviour (UBSan checks
+// the float-to-int conversion in the sanitizer run): with an infinity in the block the scale is
+// 0, so finite values give 0 and the infinity's inf * 0 = NaN is clamped to -127, as a NaN is.
+TEST(ActivationQuantization, NonFiniteValuesStayDefined) {
+  std::vector<float> x(32, 0.5f);
+  x[3] = std::numeric_limits<float>::infinity();
+  x[7] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::int8_t> q(32);
+  std::vector<float> d(1);
+  std::vector<std::int32_t> sum(1);
+  quant::quantize_activations(x.data(), 1, 32, q.data(), d.data(), sum.data());
+  for (int k = 0; k < 32; ++k) {
+    SCOPED_TRACE(k);
+    EXPECT_EQ(q[static_cast<std::size_t>(k)], k == 3 || k == 7 ? -127 : 0);
+  }
+  EXPECT_EQ(sum[0], -254);
+}
+
 // The reference kernel is llama.cpp's generic arithmetic and the AVX2 kernel its AVX2 arithmetic,
 // bit for bit, on every row of x and weight row (odd block counts for the AVX2 tail, tiles of
 // 4 x 4, 2 x 1 and the leftovers).
