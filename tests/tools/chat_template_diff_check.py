@@ -24,6 +24,8 @@ import sys
 import tempfile
 from datetime import datetime
 
+from shared_dir import shared_dir
+
 try:
     import jinja2
     from jinja2 import nodes
@@ -121,9 +123,7 @@ def mutate(rng, conv, tool_schemas):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rkv", required=True)
-    here = os.path.dirname(os.path.abspath(__file__))
-    ap.add_argument("--shared", default=os.environ.get(
-        "RKV_SHARED_DIR", os.path.join(here, "..", "..", "..", "shared")))
+    ap.add_argument("--shared", default=shared_dir())
     ap.add_argument("--per-template", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()

@@ -246,6 +246,8 @@ import tempfile
 
 import numpy as np
 
+from shared_dir import shared_dir
+
 
 class ConvError(Exception):
     pass
@@ -1667,11 +1669,7 @@ def synth_qwen35(path, moe, seed=11, H=32, V=64, L=4, Hq=2, Hkv=1, D=16, Hk=2, H
 # CLI
 # ------------------------------------------------------------------------------------------------
 def default_golden_dir():
-    shared = os.environ.get("RKV_SHARED_DIR")
-    if shared:
-        return os.path.join(shared, "golden", "arch")
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return os.path.join(os.path.dirname(repo), "shared", "golden", "arch")
+    return os.path.join(shared_dir(), "golden", "arch")
 
 
 def self_test(golden_dir):

@@ -17,6 +17,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shared_dir import shared_dir  # noqa: E402
 try:
     from qwen2_slow_tokenizer import Qwen2SlowTokenizer
 except ImportError as e:  # python3-regex: scripts/setup.sh installs it
@@ -54,9 +55,7 @@ def random_text(rng):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rkv", required=True)
-    here = os.path.dirname(os.path.abspath(__file__))
-    ap.add_argument("--shared", default=os.environ.get(
-        "RKV_SHARED_DIR", os.path.join(here, "..", "..", "..", "shared")))
+    ap.add_argument("--shared", default=shared_dir())
     ap.add_argument("--texts", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()

@@ -21,6 +21,10 @@ import numpy as np
 import gguf
 from write_gguf import write
 
+TESTS_TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "tools")
+sys.path.insert(0, TESTS_TOOLS)
+from shared_dir import shared_dir  # noqa: E402
+
 P12 = [17, 203, 5, 88, 311, 42, 150, 9, 260, 71, 133, 290]
 P13 = [3] + P12
 
@@ -84,21 +88,28 @@ MAKE_SHAPES = ["tiny", "tiny-qwen3", "tiny-llama-256", "tiny-qwen3moe", "tiny-gp
 MAKE_TYPES = ["q8_0", "q4_0", "q5_0", "q4_k", "q6_k", "q4_k_m", "mxfp4", "bf16", "f16"]
 
 
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
+def run(cmd, stdin=None):
+    r = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(" ".join(cmd[:3]) + ": " + r.stderr.strip()[-400:])
     return r.stdout
 
 
-def compare(rkv, dump, path, prompt, extra):
+def oracle(dump, path, prompt):
+    """llama.cpp on the GGUF file: 32 greedy ids, their margins, the logits of steps 0-3."""
+    return json.loads(run([dump, path, ",".join(map(str, prompt)), "32"]))
+
+
+def compare(rkv, model, prompt, ref, extra=()):
+    """rkv on `model` (the GGUF file, or a checkpoint directory of the same model) against
+    llama.cpp's `ref` for the same prompt: (equal ids, steps rkv ran, max |logit difference| over
+    steps 0-3, llama.cpp's top-2 margin where the first id differs)."""
     ids = ",".join(map(str, prompt))
-    ref = json.loads(run([dump, path, ids, "32"]))
-    out = run([rkv, "generate", "-m", path, "--prompt-ids", ids, "-n", "32", "--temperature", "0",
+    out = run([rkv, "generate", "-m", model, "--prompt-ids", ids, "-n", "32", "--temperature", "0",
                "--kv-dtype", "f32", "--print-ids", *extra])
     got = json.loads(out.strip().splitlines()[-1])
     lids = ",".join(map(str, prompt + ref["greedy_ids"][:3]))
-    lg = json.loads(run([rkv, "logits", "-m", path, "--ids", lids, "--last", "4", "--kv-dtype",
+    lg = json.loads(run([rkv, "logits", "-m", model, "--ids", lids, "--last", "4", "--kv-dtype",
                          "f32", *extra]))
     dl = float(np.abs(np.array(lg["logits"]) - np.array(ref["logits"])).max())
     # rkv stops at an end-of-sequence id (make-model's files have one); llama.cpp does not.
@@ -113,7 +124,7 @@ def main():
     rkv, dump, work = sys.argv[1], sys.argv[2], sys.argv[3]
     quick = "--quick" in sys.argv
     os.makedirs(work, exist_ok=True)
-    rows, failed = [], False
+    failed = False
     print("| file | greedy ids equal | max \\|logit - llama.cpp's\\|, steps 0-3 | verdict |")
     print("|---|---|---:|---|")
 
@@ -137,35 +148,28 @@ def main():
         ids = f"{same}/{n}" + ("" if n == 32 else " (rkv stopped at end of sequence)")
         print(f"| {name} | {ids} | {dl:.2g} | {verdict} |", flush=True)
 
+    references = {}
+
+    def against(model, gguf, prompt, extra=()):
+        """A check of rkv on `model` against llama.cpp on `gguf` (run once per file and prompt)."""
+        def check():
+            key = (gguf, tuple(prompt))
+            if key not in references:
+                references[key] = oracle(dump, gguf, prompt)
+            return compare(rkv, model, prompt, references[key], extra)
+        return check
+
     variants = VARIANTS[::4] if quick else VARIANTS
-    to_hf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "tools",
-                         "gguf_to_hf.py")
     for i, (name, arch, shape, seed, prompt, expert_type) in enumerate(variants):
         path = os.path.join(work, f"variant{i}.gguf")
         write(path, arch, shape, seed, expert_type=expert_type)
-        # Every variant's weights outside the MXFP4 experts are f32: the goldens' bar applies.
-        report(name, True, lambda p=path, pr=prompt: compare(rkv, dump, p, pr, ()))
         # The same model as the Hugging Face checkpoint llama.cpp's converter would have read
-        # (tests/tools/gguf_to_hf.py), through rkv's safetensors loader, against llama.cpp on
-        # the GGUF file.
+        # (tests/tools/gguf_to_hf.py), for rkv's safetensors loader.
         hf = os.path.join(work, f"variant{i}-hf")
-        run([sys.executable, to_hf, path, hf])
-
-        def from_hf(p=path, h=hf, pr=prompt):
-            ids = ",".join(map(str, pr))
-            ref = json.loads(run([dump, p, ids, "32"]))
-            out = run([rkv, "generate", "-m", h, "--prompt-ids", ids, "-n", "32",
-                       "--temperature", "0", "--kv-dtype", "f32", "--print-ids"])
-            got = json.loads(out.strip().splitlines()[-1])
-            lids = ",".join(map(str, pr + ref["greedy_ids"][:3]))
-            lg = json.loads(run([rkv, "logits", "-m", h, "--ids", lids, "--last", "4",
-                                 "--kv-dtype", "f32"]))
-            dl = float(np.abs(np.array(lg["logits"]) - np.array(ref["logits"])).max())
-            first = next((k for k in range(32) if got[k] != ref["greedy_ids"][k]), None)
-            return (32 if first is None else first), 32, dl, (
-                None if first is None else ref["margins"][first])
-
-        report(name + " (safetensors)", True, from_hf)
+        run([sys.executable, os.path.join(TESTS_TOOLS, "gguf_to_hf.py"), path, hf])
+        # Every variant's weights outside the MXFP4 experts are f32: the goldens' bar applies.
+        report(name, True, against(path, path, prompt))
+        report(name + " (safetensors)", True, against(hf, path, prompt))
     shapes = MAKE_SHAPES[:2] if quick else MAKE_SHAPES
     for shape in shapes:
         for dtype in MAKE_TYPES:
@@ -178,14 +182,11 @@ def main():
             # arithmetic: activations rounded to the weights' type first.
             extra = ("--matmul-precision", "llamacpp") if dtype in ("bf16", "f16", "mxfp4") else ()
             label = f"make-model {shape}, {dtype}" + (", llamacpp precision" if extra else "")
-            report(label, False, lambda p=path, e=extra: compare(rkv, dump, p, P13, e))
+            report(label, False, against(path, path, P13, extra))
     # llama.cpp's GGUF goldens' model (a real trained one) with other prompts: BOS and 1 to 30
-    # random ids, every file; all in llamacpp precision (the q8_0 and q4_0 files keep ffn_down in
-    # f16, whose activations llama.cpp rounds to f16).
-    stories = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
-                           "golden", "gguf")
-    stories = os.environ.get("RKV_SHARED_DIR", os.path.dirname(os.path.dirname(stories)))
-    stories = os.path.join(stories, "golden", "gguf")
+    # random ids, every file; in llamacpp precision but for f32 (the q8_0 and q4_0 files keep
+    # ffn_down in f16, whose activations llama.cpp rounds to f16).
+    stories = os.path.join(shared_dir(), "golden", "gguf")
     if os.path.isdir(stories):
         rng = np.random.default_rng(3)
         for dtype in ("f32", "f16", "bf16", "q8_0", "q4_0"):
@@ -194,7 +195,7 @@ def main():
                 path = os.path.join(stories, f"stories260K-{dtype}.gguf")
                 extra = () if dtype == "f32" else ("--matmul-precision", "llamacpp")
                 label = f"stories260K {dtype}, prompt {k + 1} ({len(prompt)} ids)"
-                report(label, dtype == "f32", lambda p=path, pr=prompt, e=extra: compare(rkv, dump, p, pr, e))
+                report(label, dtype == "f32", against(path, path, prompt, extra))
     else:
         print(f"| stories260K | - | - | skipped: {stories} is absent |")
     # The GGUF vocabularies: llama.cpp's llama_tokenize against rkv tokenize --jsonl on random
@@ -202,8 +203,7 @@ def main():
     # (rkv applies Qwen2's NFC normaliser, llama.cpp does not: docs/USAGE.md).
     tokenize_oracle = os.path.join(work, "tokenize")
     if os.path.exists(tokenize_oracle):
-        sys.path.insert(0, os.path.dirname(to_hf))
-        from tokenizer_diff_check import random_text
+        from tokenizer_diff_check import random_text  # needs python3-regex
         vocabularies = [("make-model tiny (qwen2 pre-tokenizer)", "tiny", True),
                         ("make-model tiny-llama-256 (llama-bpe)", "tiny-llama-256", False)]
         if os.path.isdir(stories):
@@ -220,14 +220,12 @@ def main():
             texts = [unicodedata.normalize("NFC", t) if nfc else t for t in texts]
             escaped = "\n".join(t.replace("\\", "\\\\").replace("\n", "\\n")
                                  .replace("\t", "\\t").replace("\r", "\\r") for t in texts)
-            want = subprocess.run([tokenize_oracle, path], input=escaped + "\n",
-                                  capture_output=True, text=True)
+            want = run([tokenize_oracle, path], stdin=escaped + "\n").splitlines()
             lines = os.path.join(work, "texts.jsonl")
             with open(lines, "w", encoding="utf-8") as f:
                 for t in texts:
                     f.write(json.dumps(t) + "\n")
             got = run([rkv, "tokenize", "--tokenizer", path, "--jsonl", lines]).splitlines()
-            want = want.stdout.splitlines()
             bad = sum(json.loads(a) != json.loads(b) for a, b in zip(got, want)) + abs(
                 len(got) - len(want))
             failed = failed or bad > 0
