@@ -11,8 +11,6 @@ directly. Kept position sets must be equal; a case with a top-k cut under 1e-4 i
 Usage (scripts/compression-crosscheck.sh runs it): triattention_diff.py REFDIR RKV WORKDIR N SEED
 REFDIR holds triattention.py and pruning_utils.py. Exits 1 on any difference.
 """
-import json
-import subprocess
 import sys
 import types
 
@@ -20,19 +18,12 @@ import numpy as np
 import torch
 
 import triattention_ref as ref
-from triattention_ref import Rotary, TopkSpy, grid
+from triattention_ref import Rotary, TopkSpy, grid, random_calibration, rotate
 
 REFDIR, RKV, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 pu, tm = ref.load(REFDIR)
 TriAttention = tm.TriAttention
 
-
-def rope_rotate(k, pos, rot):  # k [N][d] pre-RoPE -> post
-    cos, sin = rot(None, torch.tensor(pos).unsqueeze(0))
-    kt = torch.from_numpy(k)
-    d = kt.shape[-1] // 2
-    rh = torch.cat((-kt[:, d:], kt[:, :d]), -1)
-    return (kt * cos[0] + rh * sin[0]).numpy()
 
 def one(rng, i):
     qh, kvh = [(4, 4), (8, 2), (12, 4), (6, 2), (4, 1)][rng.integers(0, 5)]
@@ -58,10 +49,9 @@ def one(rng, i):
     mode = str(rng.choice(['per_head', 'union', 'per_layer_perhead']))
     normalize = bool(rng.random() < 0.8)
     disable_mlr = bool(rng.random() < 0.15); disable_trig = bool(rng.random() < 0.15)
-    qmr = rng.normal(0, 1, (L, qh, F)).astype(np.float32); qmi = rng.normal(0, 1, (L, qh, F)).astype(np.float32)
-    qabs = (np.sqrt(qmr ** 2 + qmi ** 2) * rng.uniform(1.0, 1.6, (L, qh, F))).astype(np.float32)
+    qmr, qmi, qabs = random_calibration(rng, L, qh, F)
     keys_pre = grid(rng.normal(0, 1, (L, kvh, N, d)))
-    keys = np.stack([np.stack([grid(rope_rotate(keys_pre[l, h], positions[h], rot)) for h in range(kvh)]) for l in range(L)])
+    keys = np.stack([np.stack([grid(rotate(keys_pre[l, h], positions[h], rot)) for h in range(kvh)]) for l in range(L)])
     # reference object without __init__
     t = object.__new__(TriAttention)
     t.config = types.SimpleNamespace(device=torch.device('cpu'), dtype=torch.float32, budget=B, layer_perhead_aggregation='max')
@@ -96,26 +86,16 @@ def one(rng, i):
         want = [sorted(positions[h][i] for i in keep[h]) for h in range(kvh)]
     else:
         want = [[sorted(positions[h][i] for i in keep[l, h]) for h in range(kvh)] for l in range(L)]
-    case = dict(format_version=1, case_id=f't{i}', method='triattention', preset='x',
-                params=dict(budget=B, divide_length=128, use_slack_trigger=True, count_prompt_tokens=True, allow_prefill_compression=False,
-                            normalize_scores=normalize, score_aggregation='mean', offset_max_length=65536, pruning_seed=0,
-                            layer_perhead_aggregation='max', disable_mlr=disable_mlr, disable_trig=disable_trig, selection_mode=mode, window_size=None),
-                rope=dict(style='half', theta=theta, head_dim=d, rope_type='default', attention_scaling=1.0,
-                          omega=t.omega.tolist(), freq_scale_sq=t.freq_scale_sq.tolist(), offsets=[float(x) for x in t.offsets.tolist()]),
-                shapes=dict(batch=1, layers=L, q_heads=qh, kv_heads=kvh, group=qh // kvh, head_dim=d, freq_count=F, kv_len=N, prefix_len=P),
-                inputs=dict(key=keys.tolist(), positions=[list(p) for p in positions], prefix_len=P, round_start=R,
-                            calibration=dict(q_mean_real=qmr.tolist(), q_mean_imag=qmi.tolist(), q_abs_mean=qabs.tolist())),
-                expected={})
-    path = WORK + '/case.json'; json.dump(case, open(path, 'w'))
-    o = subprocess.run([RKV, 'policy-run', '--case', path], capture_output=True, text=True)
+    the_case = ref.case(t, theta, dict(layers=L, q_heads=qh, kv_heads=kvh, group=qh // kvh,
+                                      kv_len=N, prefix_len=P),
+                        dict(key=keys.tolist(), positions=[list(p) for p in positions],
+                             prefix_len=P, round_start=R),
+                        (qmr, qmi, qabs), B, 128, normalize, mode, disable_mlr, disable_trig)
     desc = f'{mode} q{qh}/kv{kvh} d{d} L{L} P{P} N{N} B{B} prior={prior} norm={normalize} mlr_off={disable_mlr} trig_off={disable_trig} theta={theta}'
-    if o.returncode != 0:
-        return (desc, 'rkv error: ' + o.stderr[-300:])
-    got = json.loads(o.stdout)['kept_positions']
-    if mode == 'per_layer_perhead':
-        got = [[sorted(x) for x in layer] for layer in got]
-    else:
-        got = [sorted(x) for x in got]
+    try:
+        got = ref.kept_position_sets(RKV, WORK, the_case, 'kept_positions')
+    except RuntimeError as e:
+        return (desc, str(e))
     return (desc, '' if got == want else 'kept positions differ')
 
 ref.run_cases(one, int(sys.argv[4]), int(sys.argv[5]), "TriAttention")

@@ -2,13 +2,16 @@
 WeianMao/triattention) for triattention_diff.py and triattention_rounds_diff.py, unmodified but
 for their imports: transformers is stubbed (AutoConfig answers with `CONFIG`, the cache and output
 classes are plain containers) and HF's default rotary embedding is supplied (`Rotary`). The
-scoring reads nothing else of transformers. Also the two scripts' common pieces: the 1/256 input
-grid and the loop that runs N random cases."""
+scoring reads nothing else of transformers. Also the two scripts' common pieces: random
+calibration statistics, RoPE on keys, the case's fields, its run through rkv policy-run, and the
+loop that runs N random cases."""
 import sys
 import types
 
 import numpy as np
 import torch
+
+from compression_diff import grid, policy_run  # noqa: F401 (grid: for the two scripts)
 
 torch.set_num_threads(1)
 CONFIG = {}  # the model config AutoConfig.from_pretrained answers with
@@ -71,8 +74,53 @@ def load(refdir):
     return pu, tm
 
 
-def grid(a):
-    return np.clip(np.round(a * 256) / 256, -4, 4).astype(np.float32)
+def random_calibration(rng, layers, q_heads, freqs):
+    """The statistics' three means [layers][q_heads][freqs] (q_abs_mean at least |q_mean|)."""
+    re = rng.normal(0, 1, (layers, q_heads, freqs)).astype(np.float32)
+    im = rng.normal(0, 1, (layers, q_heads, freqs)).astype(np.float32)
+    ab = (np.sqrt(re ** 2 + im ** 2) * rng.uniform(1.0, 1.6, (layers, q_heads, freqs)))
+    return re, im, ab.astype(np.float32)
+
+
+def rotate(keys, positions, rotary):
+    """Pre-RoPE keys [..., N, d] rotated to positions [N] (half style)."""
+    cos, sin = rotary(None, torch.tensor(positions).unsqueeze(0))
+    k = torch.from_numpy(keys)
+    half = k.shape[-1] // 2
+    return (k * cos[0] + torch.cat((-k[..., half:], k[..., :half]), -1) * sin[0]).numpy()
+
+
+def case(compressor, theta, shapes, inputs, calibration, budget, divide, normalize, mode,
+         disable_mlr=False, disable_trig=False):
+    """A golden-format TriAttention case: the reference's argument names as `params`, the rope
+    tables of `compressor` (a reference TriAttention object), `calibration` = (re, im, abs)."""
+    re, im, ab = calibration
+    d = compressor.head_dim
+    return dict(
+        format_version=1, case_id="random", method="triattention", preset="random",
+        params=dict(budget=budget, divide_length=divide, use_slack_trigger=True,
+                    count_prompt_tokens=True, allow_prefill_compression=False,
+                    normalize_scores=normalize, score_aggregation="mean",
+                    offset_max_length=65536, pruning_seed=0, layer_perhead_aggregation="max",
+                    disable_mlr=disable_mlr, disable_trig=disable_trig, selection_mode=mode,
+                    window_size=None),
+        rope=dict(style="half", theta=theta, head_dim=d, rope_type="default",
+                  attention_scaling=1.0, omega=compressor.omega.tolist(),
+                  freq_scale_sq=compressor.freq_scale_sq.tolist(),
+                  offsets=[float(x) for x in compressor.offsets.tolist()]),
+        shapes=dict(batch=1, head_dim=d, freq_count=d // 2, **shapes),
+        inputs=dict(inputs, calibration=dict(q_mean_real=re.tolist(), q_mean_imag=im.tolist(),
+                                             q_abs_mean=ab.tolist())),
+        expected={})
+
+
+def kept_position_sets(rkv, work, the_case, field):
+    """rkv policy-run's `field` (positions per KV head, per layer too for per_layer_perhead), each
+    list sorted."""
+    got = policy_run(rkv, work, the_case)[field]
+    if the_case["params"]["selection_mode"] == "per_layer_perhead":
+        return [[sorted(x) for x in layer] for layer in got]
+    return [sorted(x) for x in got]
 
 
 class TopkSpy:

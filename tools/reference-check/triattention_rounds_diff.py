@@ -15,16 +15,13 @@ REFDIR holds triattention.py and pruning_utils.py. Exits 1 on any difference.
 """
 import contextlib
 import io
-import json
-import subprocess
 import sys
 import types
 
-import numpy as np
 import torch
 
 import triattention_ref as ref
-from triattention_ref import Rotary, TopkSpy, grid
+from triattention_ref import Rotary, TopkSpy, grid, random_calibration, rotate
 
 REFDIR, RKV, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 pu, tm = ref.load(REFDIR)
@@ -66,11 +63,8 @@ def one(rng, i):
                             num_hidden_layers=L, rope_scaling=None, hidden_size=qh * d, max_position_embeddings=65536)
     rot = Rotary(types.SimpleNamespace(**ref.CONFIG))
     pre = grid(rng.normal(0, 1, (L, kvh, T, d)))
-    cos, sin = rot(None, torch.arange(T).unsqueeze(0))
-    kt = torch.from_numpy(pre); rh = torch.cat((-kt[..., F:], kt[..., :F]), -1)
-    stream = grid((kt * cos[0] + rh * sin[0]).numpy())
-    qmr = rng.normal(0, 1, (L, qh, F)).astype(np.float32); qmi = rng.normal(0, 1, (L, qh, F)).astype(np.float32)
-    qabs = (np.sqrt(qmr ** 2 + qmi ** 2) * rng.uniform(1.0, 1.6, (L, qh, F))).astype(np.float32)
+    stream = grid(rotate(pre, list(range(T)), rot))
+    qmr, qmi, qabs = random_calibration(rng, L, qh, F)
     stats = {f'layer{l:02d}_head{j:02d}': dict(q_mean_real=torch.from_numpy(qmr[l, j]), q_mean_imag=torch.from_numpy(qmi[l, j]), q_abs_mean=torch.from_numpy(qabs[l, j])) for l in range(L) for j in range(qh)}
     torch.save({'metadata': {'sampled_heads': [[l, j] for l in range(L) for j in range(qh)], 'head_dim': d}, 'stats': stats}, WORK + '/stats.pt')
     model = FakeModel(stream)
@@ -98,23 +92,15 @@ def one(rng, i):
         want = [sorted(p) for p in comp.cache_positions_per_head]
     else:
         want = [sorted(comp.cache_positions)] * kvh
-    case = dict(format_version=1, case_id=f'r{i}', method='triattention', preset='x',
-                params=dict(budget=B, divide_length=div, use_slack_trigger=True, count_prompt_tokens=True, allow_prefill_compression=False,
-                            normalize_scores=normalize, score_aggregation='mean', offset_max_length=65536, pruning_seed=0,
-                            layer_perhead_aggregation='max', disable_mlr=False, disable_trig=False, selection_mode=mode, window_size=None),
-                rope=dict(style='half', theta=theta, head_dim=d, rope_type='default', attention_scaling=1.0,
-                          omega=comp.omega.tolist(), freq_scale_sq=comp.freq_scale_sq.tolist(), offsets=[float(x) for x in comp.offsets.tolist()]),
-                shapes=dict(batch=1, layers=L, q_heads=qh, kv_heads=kvh, group=qh // kvh, head_dim=d, freq_count=F, prompt_len=P, n_tokens=T),
-                inputs=dict(prompt_len=P, n_tokens=T, stream_key=stream.tolist(),
-                            calibration=dict(q_mean_real=qmr.tolist(), q_mean_imag=qmi.tolist(), q_abs_mean=qabs.tolist())),
-                expected={})
-    path = WORK + '/case.json'; json.dump(case, open(path, 'w'))
-    o = subprocess.run([RKV, 'policy-run', '--case', path], capture_output=True, text=True)
+    the_case = ref.case(comp, theta, dict(layers=L, q_heads=qh, kv_heads=kvh, group=qh // kvh,
+                                         prompt_len=P, n_tokens=T),
+                        dict(prompt_len=P, n_tokens=T, stream_key=stream.tolist()),
+                        (qmr, qmi, qabs), B, div, normalize, mode)
     desc = f'{mode} q{qh}/kv{kvh} d{d} L{L} P{P} B{B} divide {div} T{T} norm={normalize} theta={theta}'
-    if o.returncode != 0:
-        return (desc, 'rkv error: ' + o.stderr[-300:])
-    got = json.loads(o.stdout)['final_cache_positions']
-    got = [[sorted(x) for x in layer] for layer in got] if mode == 'per_layer_perhead' else [sorted(x) for x in got]
+    try:
+        got = ref.kept_position_sets(RKV, WORK, the_case, 'final_cache_positions')
+    except RuntimeError as e:
+        return (desc, str(e))
     return (desc, '' if got == want else 'final cache positions differ')
 
 ref.run_cases(one, int(sys.argv[4]), int(sys.argv[5]), "TriAttention streams")
