@@ -128,9 +128,10 @@ Bf16SplitFn bf16_split_for(Isa isa);
 Bf16RowsFn bf16_rows_for(Isa isa);
 
 // AMX: with AVX512-BF16 active, a CPU with AMX-TILE and AMX-BF16 and a kernel that grants the
-// process the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM)), the bf16 GEMM (prefill, from
-// kBf16GemmMinT rows) runs on tiles: TDPBF16PS on the same packed panels and the same hi/lo
-// activation parts, so both precisions keep their arithmetic (products of bf16 exact in f32,
+// process the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM)), bf16 products run on tiles: the GEMM
+// (prefill, from kBf16GemmMinT rows) TDPBF16PS on the same packed panels and the same hi/lo
+// activation parts, and fewer rows (decode, decode batches) TDPBF16PS on the weight rows in place
+// (the rows layout), so both precisions keep their arithmetic (products of bf16 exact in f32,
 // f32 accumulation). RKV_AMX=off keeps it off; a CPU with AMX whose kernel refuses says so once on
 // stderr. Decided once, on the first call.
 bool amx_enabled();
