@@ -642,6 +642,37 @@ TEST(Matmul, PoolOneAndTwoThreadsIdentical) {
   }
 }
 
+// On AMX tiles, below the GEMM's row count (decode and decode batches), an input row gets the
+// same bits alone as in a batch, for both precisions (the tiles take up to 32 rows as one
+// operand; 33 rows are three groups of 16). K = 300 and 896, N = 1000 and 17 (a block of weight
+// rows past the matrix's end, copied). The AVX512-BF16 GEMV does not: its batches sum in
+// another order than one row (checked with RKV_AMX=off, 2026-11-29: every row of T = 2 to 33
+// differs in some bits).
+TEST(Matmul, Bf16DecodeRowsAloneEqualTheirBatchOnAmx) {
+  if (!kernels::amx_enabled())
+    GTEST_SKIP() << "the AMX tiles are off (no AMX-BF16, RKV_AMX=off, or the tile state refused)";
+  std::mt19937 rng(9);
+  ThreadPool pool(2);
+  for (const auto precision : {kernels::MatmulPrecision::Exact, kernels::MatmulPrecision::Rounded})
+    for (std::size_t K : {300u, 896u})
+      for (std::size_t N : {17u, 1000u}) {
+        const Weights w = make_weights(DType::BF16, N, K, rng);
+        WeightView v = w.view();
+        v.precision = precision;
+        for (std::size_t T : {2u, 7u, 16u, 18u, 32u, 33u}) {
+          const std::vector<float> x = make_x(T, K, rng);
+          std::vector<float> batch(T * N), alone(N);
+          kernels::matmul(x.data(), T, v, batch.data(), pool);
+          for (std::size_t t = 0; t < T; ++t) {
+            kernels::matmul(x.data() + t * K, 1, v, alone.data(), pool);
+            ASSERT_EQ(std::memcmp(alone.data(), batch.data() + t * N, N * sizeof(float)), 0)
+                << "row " << t << " of " << T << ", K=" << K << " N=" << N << " ("
+                << kernels::kernels_name() << ")";
+          }
+        }
+      }
+}
+
 // Block-quantized weights the same: one thread and two give the same bits, for decode, the
 // tiles, and (Q4_K, Q6_K) the panels the AVX512-VNNI kernels lay out per thread (T = 8, 16, 70
 // and 200; 1000 rows, 63 panels of 16, the last of 8).
