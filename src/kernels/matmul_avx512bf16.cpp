@@ -556,7 +556,7 @@ void amx_gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, con
 // already more streams than the prefetchers follow well. On the Qwen2.5-0.5B bf16 file (2
 // threads, 4 alternating rounds, 2026-11-29, Intel Xeon with AMX), `rkv bench-decode -d 0 -p 0`
 // decoded 17.3-19.9 tokens/s this way against 16.3-19.7 for the GEMV; blocks of 32 rows gave
-// 16.9-18.2, and of 64 rows 11.8-15.2 without the prefetches and at most 18.6 with them.
+// 15.9-18.2, and of 64 rows 12.7-16.5 without the prefetches and 11.8-18.6 with them.
 constexpr std::size_t kAmxSmallAhead = 128;
 
 thread_local Scratch tls_amx_b;     // the input rows as B tiles
