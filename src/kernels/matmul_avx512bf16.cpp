@@ -546,7 +546,8 @@ void amx_gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, con
 // rows x 32 columns (64 bytes of each row), so nothing is packed and the weights stream from
 // memory once, as in the GEMV. The activations are the B operand: for each group of 16 input
 // rows and each 32 columns, a tile of 16 bf16 pairs x 16 rows (hi, and for the exact precision
-// lo), transposed once per call into tls_amx_b. C[i][t] (weight row i, input row t) += A . B_hi
+// lo), transposed once per call into tls_amx_b by pack16_pairs (the GEMM's packing of weight
+// rows, here of input rows). C[i][t] (weight row i, input row t) += A . B_hi
 // (+ A . B_lo) step by step along K, as the prefill tiles sum, so that an input row's result does
 // not depend on the other rows of its batch: a sequence decoded alone gets the sums it gets in a
 // batch. Two groups of input rows (32) share each A tile. Tiles: C 0 and 1 (the two groups), A 2,
@@ -563,17 +564,16 @@ thread_local Scratch tls_amx_b;     // the input rows as B tiles
 thread_local Scratch tls_amx_rows;  // weight rows at an edge, zero-padded to 16 x kpad
 
 // 16 weight rows (a: the first row's column 0, lda bytes a row) by NG groups of 16 input rows
-// (bt: group 0's first B tile; group 1's at + gstride; the tiles of step s at + s * parts * 256),
+// (bt: group 0's hi tiles, step s at + 256 s; its lo tiles at + 256 S; group 1's at + gstride),
 // over S steps of 32 columns; C tile g stored to c + 256 g (16 x 16 floats).
 template <int NG, bool kLo>
 void amx_small_block(const std::uint16_t* a, std::size_t lda, const std::uint32_t* bt,
                      std::size_t gstride, std::size_t S, float* c) {
-  constexpr std::size_t parts = kLo ? 2 : 1;
   _tile_zero(0);
   if constexpr (NG > 1) _tile_zero(1);
   const std::size_t row = lda / sizeof(std::uint16_t);
   for (std::size_t s = 0; s < S; ++s) {
-    const std::uint32_t* b = bt + s * parts * 256;
+    const std::uint32_t* b = bt + s * 256;
     const std::uint16_t* as = a + 32 * s;
     for (std::size_t i = 0; i < 16; ++i)
       _mm_prefetch(reinterpret_cast<const char*>(as + i * row + kAmxSmallAhead), _MM_HINT_T0);
@@ -585,10 +585,10 @@ void amx_small_block(const std::uint16_t* a, std::size_t lda, const std::uint32_
       _tile_dpbf16ps(1, 2, 6);
     }
     if constexpr (kLo) {
-      _tile_loadd(5, b + 256, 64);
+      _tile_loadd(5, b + 256 * S, 64);
       _tile_dpbf16ps(0, 2, 5);
       if constexpr (NG > 1) {
-        _tile_loadd(7, b + gstride + 256, 64);
+        _tile_loadd(7, b + gstride + 256 * S, 64);
         _tile_dpbf16ps(1, 2, 7);
       }
     }
@@ -604,23 +604,13 @@ void amx_small_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, co
   const std::size_t K = w.cols, S = kpad / 32, groups = (T + 15) / 16;
   const std::size_t ld = Bf16Activations::row_stride(kpad, kLo), gstride = S * parts * 256;
   const auto* wb = static_cast<const std::uint16_t*>(w.data);
-  // The B tiles: group g, step s, part q at g * gstride + (s * parts + q) * 256.
+  // The B tiles: group g, part q (hi, lo), step s at g * gstride + (q * S + s) * 256: input rows
+  // 16 g .. 16 g + 15 (zero past T) packed as pairs, the part's kpad columns as one K block.
   auto* bt = static_cast<std::uint32_t*>(tls_amx_b.get(groups * gstride * sizeof(std::uint32_t)));
-  for (std::size_t g = 0; g < groups; ++g) {
-    for (std::size_t s = 0; s < S; ++s) {
-      for (std::size_t q = 0; q < parts; ++q) {
-        __m512i r[16];
-        for (std::size_t t = 0; t < 16; ++t) {
-          const std::size_t row = 16 * g + t;
-          r[t] = row < T ? _mm512_loadu_si512(xs + row * ld + q * kpad + 32 * s)
-                         : _mm512_setzero_si512();
-        }
-        transpose16x16(r);
-        std::uint32_t* o = bt + g * gstride + (s * parts + q) * 256;
-        for (std::size_t p = 0; p < 16; ++p) _mm512_store_si512(o + 16 * p, r[p]);
-      }
-    }
-  }
+  for (std::size_t g = 0; g < groups; ++g)
+    for (std::size_t q = 0; q < parts; ++q)
+      pack16_pairs(xs + q * kpad, ld, 16 * g, min_sz(16, T - 16 * g), 0, kpad,
+                   bt + g * gstride + q * S * 256, 16);
   alignas(64) float c[2 * 256];
   load_tile_config();
   for (std::size_t nb = n0; nb < n1; nb += 16) {
