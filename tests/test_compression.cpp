@@ -20,6 +20,7 @@
 #include "compress/stages.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/kernels.h"
 #include "rkv/compression.h"
 #include "test_util.h"
 
@@ -389,10 +390,10 @@ TEST(CompressionStages, PortableSimilarityRowsAgreeWithPlainDots) {
   }
 }
 
-// The redundancy stage's block kernels (portable and AVX2) against the pairs counted in double:
-// for every row its largest similar column above it, for every column its largest similar row
-// below it, and the counts; n is not a multiple of the tile, and a negative
-// threshold makes the zero padding "similar" if the kernel let it in.
+// The redundancy stage's block kernels (portable, AVX2, AVX-512) against the pairs counted in
+// double: for every row its largest similar column above it, for every column its largest similar
+// row below it, and the counts; n is not a multiple of the tile, and a negative threshold makes the
+// zero padding "similar" if the kernel let it in.
 TEST(CompressionStages, SimilarityBlockKernelsTallyTheSimilarPairs) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -428,6 +429,9 @@ TEST(CompressionStages, SimilarityBlockKernelsTallyTheSimilarPairs) {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     kernels.emplace_back("avx2", &cs::similarity_block_avx2);
   }
+  if (rkv::kernels::isa_supported(rkv::kernels::Isa::Avx512)) {
+    kernels.emplace_back("avx512", &cs::similarity_block_avx512);
+  }
 #endif
   for (const auto& [name, fn] : kernels) {
     for (float t : {0.3f, -0.1f}) {
@@ -459,6 +463,85 @@ TEST(CompressionStages, SimilarityBlockKernelsTallyTheSimilarPairs) {
       EXPECT_LT(hits, n * (n - 1)) << "every pair similar: nothing tested";
       for (int j = n; j < cols_pad; ++j) EXPECT_EQ(lower_above[j], 0) << name << " padding";
     }
+  }
+}
+
+// The vector kernels compute each cosine as one chain of FMAs over the components in order
+// (std::fma here), so a threshold equal to one of those sums is a tie that neither may count,
+// and the next float above it is not a hit while the one below is: the AVX2 and AVX-512 kernels
+// tally exactly the pairs that chain puts above the threshold (n = 70 spans both of AVX-512's
+// tile widths, 32 and 16 columns, and rows past the end of a block).
+TEST(CompressionStages, SimilarityBlockKernelsCountExactlyTheFmaChainsAbove) {
+  std::vector<std::pair<std::string, cs::SimilarityBlockFn>> kernels;
+#if defined(__x86_64__)
+  if (rkv::kernels::isa_supported(rkv::kernels::Isa::Avx2))
+    kernels.emplace_back("avx2", &cs::similarity_block_avx2);
+  if (rkv::kernels::isa_supported(rkv::kernels::Isa::Avx512))
+    kernels.emplace_back("avx512", &cs::similarity_block_avx512);
+#endif
+  if (kernels.empty()) GTEST_SKIP() << "no vector similarity kernel on this CPU";
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int d : {64, 128}) {
+    const int n = 70;
+    const int rows_pad = (n + cs::kSimRows - 1) / cs::kSimRows * cs::kSimRows;
+    const int cols_pad = (n + cs::kSimCols - 1) / cs::kSimCols * cs::kSimCols;
+    std::vector<float> bias(d);
+    for (float& b : bias) b = normal(rng);
+    std::vector<float> kn(static_cast<std::size_t>(rows_pad) * d, 0.0f),
+        knt(static_cast<std::size_t>(d) * cols_pad, 0.0f);
+    for (int i = 0; i < n; ++i) {
+      double norm = 0;
+      float* k = kn.data() + static_cast<std::size_t>(i) * d;
+      for (int c = 0; c < d; ++c) {
+        k[c] = normal(rng) + bias[c];
+        norm += double(k[c]) * k[c];
+      }
+      for (int c = 0; c < d; ++c) {
+        k[c] = static_cast<float>(k[c] / std::sqrt(norm));
+        knt[cs::panel_index(c, i, d)] = k[c];
+      }
+    }
+    auto chain = [&](int i, int j) {
+      float s = 0.0f;
+      for (int c = 0; c < d; ++c)
+        s = std::fma(kn[static_cast<std::size_t>(i) * d + c],
+                     kn[static_cast<std::size_t>(j) * d + c], s);
+      return s;
+    };
+    const float tie = chain(5, 40);
+    for (float t : {tie, std::nextafter(tie, 2.0f), std::nextafter(tie, -2.0f), chain(0, 69)}) {
+      for (const auto& [name, fn] : kernels) {
+        SCOPED_TRACE(name + " d " + std::to_string(d) + " t " + std::to_string(t));
+        std::vector<std::int32_t> upper_last(rows_pad, -1), upper_above(rows_pad, 0),
+            lower_last(cols_pad, -1), lower_above(cols_pad, 0);
+        const cs::SimilarityTally tally{
+            n, t, upper_last.data(), upper_above.data(), lower_last.data(), lower_above.data()};
+        for (int i0 = 0; i0 < n; i0 += cs::kSimRows)
+          fn(kn.data(), knt.data(), d, cols_pad, i0, tally);
+        for (int i = 0; i < n; ++i) {
+          int up_last = -1, up_count = 0, low_last = -1, low_count = 0;
+          for (int j = i + 1; j < n; ++j)
+            if (chain(i, j) > t) up_last = j, ++up_count;
+          for (int j = 0; j < i; ++j)
+            if (chain(j, i) > t) low_last = j, ++low_count;
+          ASSERT_EQ(upper_last[i], up_last) << "entry " << i;
+          ASSERT_EQ(upper_above[i], up_count) << "entry " << i;
+          ASSERT_EQ(lower_last[i], low_last) << "entry " << i;
+          ASSERT_EQ(lower_above[i], low_count) << "entry " << i;
+        }
+      }
+    }
+    // The tie and the float below it differ by the pair (5, 40) alone at least: the test can tell
+    // a kernel that rounds differently.
+    int at_tie = 0, below = 0;
+    for (int i = 0; i < n; ++i)
+      for (int j = i + 1; j < n; ++j) {
+        at_tie += chain(i, j) > tie;
+        below += chain(i, j) > std::nextafter(tie, -2.0f);
+      }
+    EXPECT_GT(below, at_tie);
+    EXPECT_GT(at_tie, 0);
   }
 }
 

@@ -24,6 +24,16 @@ bool use_avx2() {
 #endif
 }
 
+bool use_avx512() {
+#if defined(__x86_64__)
+  static const bool ok = kernels::active_isa() == kernels::Isa::Avx512 ||
+                         kernels::active_isa() == kernels::Isa::Avx512Bf16;
+  return ok;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 void similarity_rows_portable(const float* kn, const float* knt, int d, int cols_pad, int i0,
@@ -65,13 +75,14 @@ void similarity_block_portable(const float* kn, const float* knt, int d, int col
 
 SimilarityBlockFn similarity_block_fn() {
 #if defined(__x86_64__)
+  if (use_avx512()) return &similarity_block_avx512;
   if (use_avx2()) return &similarity_block_avx2;
 #endif
   return &similarity_block_portable;
 }
 
 std::string_view similarity_rows_isa() {
-  return use_avx2() ? "avx2" : "portable";
+  return use_avx512() ? "avx512" : use_avx2() ? "avx2" : "portable";
 }
 
 }  // namespace rkv::compress

@@ -1,9 +1,10 @@
 // The inner kernel of the redundancy score (redundancy.cpp): cosine similarities of a block of
 // kSimRows normalised keys against the keys after them, from key-major (transposed) storage in
 // panels of kSimCols keys, so that a tile reads one contiguous panel. A portable version
-// (GCC/Clang vector extensions) and an AVX2+FMA one (similarity_tiles_avx2.cpp, compiled with
-// -mavx2 -mfma) exist; which runs follows the kernels' dispatcher (kernels::active_isa(), so
-// RKV_ISA=reference forces the portable one).
+// (GCC/Clang vector extensions), an AVX2+FMA one (similarity_tiles_avx2.cpp, compiled with
+// -mavx2 -mfma) and an AVX-512 one (similarity_tiles_avx512.cpp) exist; which runs follows the
+// kernels' dispatcher (kernels::active_isa(), so RKV_ISA=reference forces the portable one and
+// RKV_ISA=avx2 the AVX2 one).
 #pragma once
 
 #include <cstddef>
@@ -56,9 +57,13 @@ void similarity_block_portable(const float* kn, const float* knt, int d, int col
 // with no cosine above it costs only the compare.
 void similarity_block_avx2(const float* kn, const float* knt, int d, int cols_pad, int i0,
                            const SimilarityTally& tally);
+// AVX-512: the AVX2 kernel's arithmetic on 16 lanes, a tile of kSimRows x 32; the same tallies
+// bit for bit.
+void similarity_block_avx512(const float* kn, const float* knt, int d, int cols_pad, int i0,
+                             const SimilarityTally& tally);
 #endif
 
-// The implementation for this CPU, and its name ("avx2" or "portable").
+// The implementation for this CPU, and its name ("avx512", "avx2" or "portable").
 SimilarityBlockFn similarity_block_fn();
 std::string_view similarity_rows_isa();
 
