@@ -597,9 +597,66 @@ void amx_small_block(const std::uint16_t* a, std::size_t lda, const std::uint32_
   if constexpr (NG > 1) _tile_stored(1, c + 256, 64);
 }
 
+// One input row (batch-1 decode): the B tiles are one column wide, so the row's own hi (and lo)
+// bf16 pairs are the B operand as they lie (16 pairs of a step are 16 tile rows of 4 bytes), with
+// nothing packed, and C is 16 weight rows x 1. Each output is the same TDPBF16PS sums, step by
+// step, hi then lo, as in amx_small_block, so a row alone keeps the bits it gets in a batch
+// (Matmul.Bf16DecodeRowsAloneEqualTheirBatchOnAmx).
+template <bool kLo>
+void amx_one_row(const std::uint16_t* xs, std::size_t kpad, const WeightView& w, std::size_t n0,
+                 std::size_t n1, float* y) {
+  const std::size_t K = w.cols, S = kpad / 32;
+  const auto* wb = static_cast<const std::uint16_t*>(w.data);
+  TileConfig cfg;
+  cfg.rows[0] = 16;  // C: 16 weight rows x 1
+  cfg.colsb[0] = 4;
+  cfg.rows[2] = 16;  // A: 16 weight rows x 32 columns
+  cfg.colsb[2] = 64;
+  for (int t : {4, 5}) {  // B: 16 pairs of columns x 1 (hi, lo)
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 4;
+  }
+  load_tiles(cfg);
+  alignas(64) float c[16];
+  for (std::size_t nb = n0; nb < n1; nb += 16) {
+    const std::size_t nr = min_sz(16, n1 - nb);
+    const std::uint16_t* a = wb + nb * K;
+    std::size_t lda = K * sizeof(std::uint16_t);
+    if (K != kpad || nb + 16 > w.rows) {  // as amx_small_rows: edge rows copied, zero-padded
+      auto* e = static_cast<std::uint16_t*>(tls_amx_rows.get(16 * kpad * sizeof(std::uint16_t)));
+      std::memset(e, 0, 16 * kpad * sizeof(std::uint16_t));
+      for (std::size_t i = 0; i < nr; ++i)
+        std::memcpy(e + i * kpad, wb + (nb + i) * K, K * sizeof(std::uint16_t));
+      a = e;
+      lda = kpad * sizeof(std::uint16_t);
+    }
+    const std::size_t row = lda / sizeof(std::uint16_t);
+    _tile_zero(0);
+    for (std::size_t st = 0; st < S; ++st) {
+      const std::uint16_t* as = a + 32 * st;
+      for (std::size_t i = 0; i < 16; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(as + i * row + kAmxSmallAhead), _MM_HINT_T0);
+      _tile_loadd(2, as, lda);
+      _tile_loadd(4, xs + 32 * st, 4);
+      _tile_dpbf16ps(0, 2, 4);
+      if constexpr (kLo) {
+        _tile_loadd(5, xs + kpad + 32 * st, 4);
+        _tile_dpbf16ps(0, 2, 5);
+      }
+    }
+    _tile_stored(0, c, 4);
+    std::memcpy(y + nb, c, nr * sizeof(float));
+  }
+  _tile_release();
+}
+
 template <bool kLo>
 void amx_small_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, const WeightView& w,
                     std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
+  if (T == 1) {
+    amx_one_row<kLo>(xs, kpad, w, n0, n1, y);
+    return;
+  }
   constexpr std::size_t parts = kLo ? 2 : 1;
   const std::size_t K = w.cols, S = kpad / 32, groups = (T + 15) / 16;
   const std::size_t ld = Bf16Activations::row_stride(kpad, kLo), gstride = S * parts * 256;
