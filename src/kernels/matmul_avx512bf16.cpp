@@ -551,7 +551,8 @@ void amx_gemm_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, con
 // (+ A . B_lo) step by step along K, as the prefill tiles sum, so that an input row's result does
 // not depend on the other rows of its batch: a sequence decoded alone gets the sums it gets in a
 // batch. Two groups of input rows (32) share each A tile. Tiles: C 0 and 1 (the two groups), A 2,
-// B 4 and 5 (group 0's hi and lo), 6 and 7 (group 1's).
+// B 4 and 5 (group 0's hi and lo), 6 and 7 (group 1's). One input row alone (amx_one_row) takes
+// tiles one column wide instead, with nothing packed.
 //
 // Blocks of 16 weight rows, each row fetched kAmxSmallAhead elements ahead: 16 rows at once are
 // already more streams than the prefetchers follow well. On the Qwen2.5-0.5B bf16 file (2
