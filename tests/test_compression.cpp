@@ -390,25 +390,23 @@ TEST(CompressionStages, PortableSimilarityRowsAgreeWithPlainDots) {
   }
 }
 
-// The redundancy stage's block kernels (portable, AVX2, AVX-512) against the pairs counted in
-// double: for every row its largest similar column above it, for every column its largest similar
-// row below it, and the counts; n is not a multiple of the tile, and a negative threshold makes the
-// zero padding "similar" if the kernel let it in.
-TEST(CompressionStages, SimilarityBlockKernelsTallyTheSimilarPairs) {
-  std::mt19937 rng(5);
+// n random keys of size d sharing a direction (weight `shared`), normalised: kn row-major with
+// rows up to the next multiple of kSimRows (zero), knt the same keys panelled key-major
+// (panel_index) up to the next multiple of kSimCols (zero).
+void similar_normalised_keys(std::mt19937& rng, int n, int d, float shared, std::vector<float>& kn,
+                             std::vector<float>& knt) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int n = 37, d = 24;
   const int rows_pad = (n + cs::kSimRows - 1) / cs::kSimRows * cs::kSimRows;
   const int cols_pad = (n + cs::kSimCols - 1) / cs::kSimCols * cs::kSimCols;
   std::vector<float> bias(d);
   for (float& b : bias) b = normal(rng);
-  std::vector<float> kn(static_cast<std::size_t>(rows_pad) * d, 0.0f),
-      knt(static_cast<std::size_t>(d) * cols_pad, 0.0f);
+  kn.assign(static_cast<std::size_t>(rows_pad) * d, 0.0f);
+  knt.assign(static_cast<std::size_t>(d) * cols_pad, 0.0f);
   for (int i = 0; i < n; ++i) {
     double norm = 0;
     float* k = kn.data() + static_cast<std::size_t>(i) * d;
     for (int c = 0; c < d; ++c) {
-      k[c] = normal(rng) + 0.7f * bias[c];
+      k[c] = normal(rng) + shared * bias[c];
       norm += double(k[c]) * k[c];
     }
     for (int c = 0; c < d; ++c) {
@@ -416,6 +414,19 @@ TEST(CompressionStages, SimilarityBlockKernelsTallyTheSimilarPairs) {
       knt[cs::panel_index(c, i, d)] = k[c];
     }
   }
+}
+
+// The redundancy stage's block kernels (portable, AVX2, AVX-512) against the pairs counted in
+// double: for every row its largest similar column above it, for every column its largest similar
+// row below it, and the counts; n is not a multiple of the tile, and a negative threshold makes the
+// zero padding "similar" if the kernel let it in.
+TEST(CompressionStages, SimilarityBlockKernelsTallyTheSimilarPairs) {
+  std::mt19937 rng(5);
+  const int n = 37, d = 24;
+  const int rows_pad = (n + cs::kSimRows - 1) / cs::kSimRows * cs::kSimRows;
+  const int cols_pad = (n + cs::kSimCols - 1) / cs::kSimCols * cs::kSimCols;
+  std::vector<float> kn, knt;
+  similar_normalised_keys(rng, n, d, 0.7f, kn, knt);
   auto cos = [&](int i, int j) {
     double v = 0;
     for (int c = 0; c < d; ++c)
@@ -481,27 +492,12 @@ TEST(CompressionStages, SimilarityBlockKernelsCountExactlyTheFmaChainsAbove) {
 #endif
   if (kernels.empty()) GTEST_SKIP() << "no vector similarity kernel on this CPU";
   std::mt19937 rng(17);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int d : {64, 128}) {
     const int n = 70;
     const int rows_pad = (n + cs::kSimRows - 1) / cs::kSimRows * cs::kSimRows;
     const int cols_pad = (n + cs::kSimCols - 1) / cs::kSimCols * cs::kSimCols;
-    std::vector<float> bias(d);
-    for (float& b : bias) b = normal(rng);
-    std::vector<float> kn(static_cast<std::size_t>(rows_pad) * d, 0.0f),
-        knt(static_cast<std::size_t>(d) * cols_pad, 0.0f);
-    for (int i = 0; i < n; ++i) {
-      double norm = 0;
-      float* k = kn.data() + static_cast<std::size_t>(i) * d;
-      for (int c = 0; c < d; ++c) {
-        k[c] = normal(rng) + bias[c];
-        norm += double(k[c]) * k[c];
-      }
-      for (int c = 0; c < d; ++c) {
-        k[c] = static_cast<float>(k[c] / std::sqrt(norm));
-        knt[cs::panel_index(c, i, d)] = k[c];
-      }
-    }
+    std::vector<float> kn, knt;
+    similar_normalised_keys(rng, n, d, 1.0f, kn, knt);
     auto chain = [&](int i, int j) {
       float s = 0.0f;
       for (int c = 0; c < d; ++c)

@@ -598,6 +598,23 @@ void amx_small_block(const std::uint16_t* a, std::size_t lda, const std::uint32_
   if constexpr (NG > 1) _tile_stored(1, c + 256, 64);
 }
 
+// The A operand for weight rows [nb, nb + nr) (nr <= 16): the rows in place when every row the
+// tile reads is in the matrix and K fills whole steps; else copied, zero-padded, to 16 rows of
+// kpad. lda: its row stride in bytes.
+const std::uint16_t* weight_tile_rows(const WeightView& w, std::size_t kpad, std::size_t nb,
+                                      std::size_t nr, std::size_t& lda) {
+  const std::size_t K = w.cols;
+  const auto* wb = static_cast<const std::uint16_t*>(w.data);
+  lda = K * sizeof(std::uint16_t);
+  if (K == kpad && nb + 16 <= w.rows) return wb + nb * K;
+  auto* e = static_cast<std::uint16_t*>(tls_amx_rows.get(16 * kpad * sizeof(std::uint16_t)));
+  std::memset(e, 0, 16 * kpad * sizeof(std::uint16_t));
+  for (std::size_t i = 0; i < nr; ++i)
+    std::memcpy(e + i * kpad, wb + (nb + i) * K, K * sizeof(std::uint16_t));
+  lda = kpad * sizeof(std::uint16_t);
+  return e;
+}
+
 // One input row (batch-1 decode): the B tiles are one column wide, so the row's own hi (and lo)
 // bf16 pairs are the B operand as they lie (16 pairs of a step are 16 tile rows of 4 bytes), with
 // nothing packed, and C is 16 weight rows x 1. Each output is the same TDPBF16PS sums, step by
@@ -606,8 +623,7 @@ void amx_small_block(const std::uint16_t* a, std::size_t lda, const std::uint32_
 template <bool kLo>
 void amx_one_row(const std::uint16_t* xs, std::size_t kpad, const WeightView& w, std::size_t n0,
                  std::size_t n1, float* y) {
-  const std::size_t K = w.cols, S = kpad / 32;
-  const auto* wb = static_cast<const std::uint16_t*>(w.data);
+  const std::size_t S = kpad / 32;
   TileConfig cfg;
   cfg.rows[0] = 16;  // C: 16 weight rows x 1
   cfg.colsb[0] = 4;
@@ -621,16 +637,8 @@ void amx_one_row(const std::uint16_t* xs, std::size_t kpad, const WeightView& w,
   alignas(64) float c[16];
   for (std::size_t nb = n0; nb < n1; nb += 16) {
     const std::size_t nr = min_sz(16, n1 - nb);
-    const std::uint16_t* a = wb + nb * K;
-    std::size_t lda = K * sizeof(std::uint16_t);
-    if (K != kpad || nb + 16 > w.rows) {  // as amx_small_rows: edge rows copied, zero-padded
-      auto* e = static_cast<std::uint16_t*>(tls_amx_rows.get(16 * kpad * sizeof(std::uint16_t)));
-      std::memset(e, 0, 16 * kpad * sizeof(std::uint16_t));
-      for (std::size_t i = 0; i < nr; ++i)
-        std::memcpy(e + i * kpad, wb + (nb + i) * K, K * sizeof(std::uint16_t));
-      a = e;
-      lda = kpad * sizeof(std::uint16_t);
-    }
+    std::size_t lda = 0;
+    const std::uint16_t* a = weight_tile_rows(w, kpad, nb, nr, lda);
     const std::size_t row = lda / sizeof(std::uint16_t);
     _tile_zero(0);
     for (std::size_t st = 0; st < S; ++st) {
@@ -659,9 +667,8 @@ void amx_small_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, co
     return;
   }
   constexpr std::size_t parts = kLo ? 2 : 1;
-  const std::size_t K = w.cols, S = kpad / 32, groups = (T + 15) / 16;
+  const std::size_t S = kpad / 32, groups = (T + 15) / 16;
   const std::size_t ld = Bf16Activations::row_stride(kpad, kLo), gstride = S * parts * 256;
-  const auto* wb = static_cast<const std::uint16_t*>(w.data);
   // The B tiles: group g, part q (hi, lo), step s at g * gstride + (q * S + s) * 256: input rows
   // 16 g .. 16 g + 15 (zero past T) packed as pairs, the part's kpad columns as one K block.
   auto* bt = static_cast<std::uint32_t*>(tls_amx_b.get(groups * gstride * sizeof(std::uint32_t)));
@@ -673,18 +680,8 @@ void amx_small_rows(const std::uint16_t* xs, std::size_t T, std::size_t kpad, co
   load_tile_config();
   for (std::size_t nb = n0; nb < n1; nb += 16) {
     const std::size_t nr = min_sz(16, n1 - nb);
-    // In place when every row the tile reads is in the matrix and K fills whole steps; else the
-    // rows are copied, zero-padded, to 16 rows of kpad.
-    const std::uint16_t* a = wb + nb * K;
-    std::size_t lda = K * sizeof(std::uint16_t);
-    if (K != kpad || nb + 16 > w.rows) {
-      auto* e = static_cast<std::uint16_t*>(tls_amx_rows.get(16 * kpad * sizeof(std::uint16_t)));
-      std::memset(e, 0, 16 * kpad * sizeof(std::uint16_t));
-      for (std::size_t i = 0; i < nr; ++i)
-        std::memcpy(e + i * kpad, wb + (nb + i) * K, K * sizeof(std::uint16_t));
-      a = e;
-      lda = kpad * sizeof(std::uint16_t);
-    }
+    std::size_t lda = 0;
+    const std::uint16_t* a = weight_tile_rows(w, kpad, nb, nr, lda);
     for (std::size_t g = 0; g < groups; g += 2) {
       const bool two = g + 1 < groups;
       (two ? &amx_small_block<2, kLo> : &amx_small_block<1, kLo>)(a, lda, bt + g * gstride, gstride,
