@@ -629,10 +629,8 @@ void amx_one_row(const std::uint16_t* xs, std::size_t kpad, const WeightView& w,
   cfg.colsb[0] = 4;
   cfg.rows[2] = 16;  // A: 16 weight rows x 32 columns
   cfg.colsb[2] = 64;
-  for (int t : {4, 5}) {  // B: 16 pairs of columns x 1 (hi, lo)
-    cfg.rows[t] = 16;
-    cfg.colsb[t] = 4;
-  }
+  cfg.rows[4] = cfg.rows[5] = 16;  // B: 16 pairs of columns x 1 (hi, lo)
+  cfg.colsb[4] = cfg.colsb[5] = 4;
   load_tiles(cfg);
   alignas(64) float c[16];
   for (std::size_t nb = n0; nb < n1; nb += 16) {
