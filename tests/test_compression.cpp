@@ -416,6 +416,42 @@ void similar_normalised_keys(std::mt19937& rng, int n, int d, float shared, std:
   }
 }
 
+// The vector similarity kernels this CPU can run (AVX2, AVX-512), by name.
+std::vector<std::pair<std::string, cs::SimilarityBlockFn>> vector_similarity_kernels() {
+  std::vector<std::pair<std::string, cs::SimilarityBlockFn>> kernels;
+#if defined(__x86_64__)
+  if (rkv::kernels::isa_supported(rkv::kernels::Isa::Avx2))
+    kernels.emplace_back("avx2", &cs::similarity_block_avx2);
+  if (rkv::kernels::isa_supported(rkv::kernels::Isa::Avx512))
+    kernels.emplace_back("avx512", &cs::similarity_block_avx512);
+#endif
+  return kernels;
+}
+
+// What a block kernel tallies over all of similar_normalised_keys' n keys at threshold t, the
+// blocks of kSimRows rows in ascending order (the arrays as redundancy_scores initialises them:
+// rows to the next multiple of kSimRows, columns to that of kSimCols).
+struct SimilarityTallies {
+  std::vector<std::int32_t> upper_last, upper_above, lower_last, lower_above;
+};
+
+SimilarityTallies tally_all_blocks(cs::SimilarityBlockFn fn, const std::vector<float>& kn,
+                                   const std::vector<float>& knt, int n, int d, float t) {
+  const int rows_pad = (n + cs::kSimRows - 1) / cs::kSimRows * cs::kSimRows;
+  const int cols_pad = (n + cs::kSimCols - 1) / cs::kSimCols * cs::kSimCols;
+  SimilarityTallies out{
+      std::vector<std::int32_t>(rows_pad, -1), std::vector<std::int32_t>(rows_pad, 0),
+      std::vector<std::int32_t>(cols_pad, -1), std::vector<std::int32_t>(cols_pad, 0)};
+  const cs::SimilarityTally tally{n,
+                                  t,
+                                  out.upper_last.data(),
+                                  out.upper_above.data(),
+                                  out.lower_last.data(),
+                                  out.lower_above.data()};
+  for (int i0 = 0; i0 < n; i0 += cs::kSimRows) fn(kn.data(), knt.data(), d, cols_pad, i0, tally);
+  return out;
+}
+
 // The redundancy stage's block kernels (portable, AVX2, AVX-512) against the pairs counted in
 // double: for every row its largest similar column above it, for every column its largest similar
 // row below it, and the counts; n is not a multiple of the tile, and a negative threshold makes the
@@ -423,8 +459,6 @@ void similar_normalised_keys(std::mt19937& rng, int n, int d, float shared, std:
 TEST(CompressionStages, SimilarityBlockKernelsTallyTheSimilarPairs) {
   std::mt19937 rng(5);
   const int n = 37, d = 24;
-  const int rows_pad = (n + cs::kSimRows - 1) / cs::kSimRows * cs::kSimRows;
-  const int cols_pad = (n + cs::kSimCols - 1) / cs::kSimCols * cs::kSimCols;
   std::vector<float> kn, knt;
   similar_normalised_keys(rng, n, d, 0.7f, kn, knt);
   auto cos = [&](int i, int j) {
@@ -436,22 +470,10 @@ TEST(CompressionStages, SimilarityBlockKernelsTallyTheSimilarPairs) {
   };
   std::vector<std::pair<std::string, cs::SimilarityBlockFn>> kernels = {
       {"portable", &cs::similarity_block_portable}};
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    kernels.emplace_back("avx2", &cs::similarity_block_avx2);
-  }
-  if (rkv::kernels::isa_supported(rkv::kernels::Isa::Avx512)) {
-    kernels.emplace_back("avx512", &cs::similarity_block_avx512);
-  }
-#endif
+  for (auto& k : vector_similarity_kernels()) kernels.push_back(std::move(k));
   for (const auto& [name, fn] : kernels) {
     for (float t : {0.3f, -0.1f}) {
-      std::vector<std::int32_t> upper_last(rows_pad, -1), upper_above(rows_pad, 0),
-          lower_last(cols_pad, -1), lower_above(cols_pad, 0);
-      const cs::SimilarityTally tally{
-          n, t, upper_last.data(), upper_above.data(), lower_last.data(), lower_above.data()};
-      for (int i0 = 0; i0 < n; i0 += cs::kSimRows)
-        fn(kn.data(), knt.data(), d, cols_pad, i0, tally);
+      const SimilarityTallies got = tally_all_blocks(fn, kn, knt, n, d, t);
       int hits = 0;
       for (int i = 0; i < n; ++i) {
         int up_last = -1, up_count = 0, low_last = -1, low_count = 0;
@@ -465,14 +487,15 @@ TEST(CompressionStages, SimilarityBlockKernelsTallyTheSimilarPairs) {
           if (j < i) low_last = j, ++low_count;
         }
         SCOPED_TRACE(name + " t " + std::to_string(t) + " entry " + std::to_string(i));
-        EXPECT_EQ(upper_last[i], up_last);
-        EXPECT_EQ(upper_above[i], up_count);
-        EXPECT_EQ(lower_last[i], low_last);
-        EXPECT_EQ(lower_above[i], low_count);
+        EXPECT_EQ(got.upper_last[i], up_last);
+        EXPECT_EQ(got.upper_above[i], up_count);
+        EXPECT_EQ(got.lower_last[i], low_last);
+        EXPECT_EQ(got.lower_above[i], low_count);
       }
       EXPECT_GT(hits, n) << "too few similar pairs to test anything";
       EXPECT_LT(hits, n * (n - 1)) << "every pair similar: nothing tested";
-      for (int j = n; j < cols_pad; ++j) EXPECT_EQ(lower_above[j], 0) << name << " padding";
+      for (std::size_t j = n; j < got.lower_above.size(); ++j)
+        EXPECT_EQ(got.lower_above[j], 0) << name << " padding";
     }
   }
 }
@@ -483,19 +506,11 @@ TEST(CompressionStages, SimilarityBlockKernelsTallyTheSimilarPairs) {
 // tally exactly the pairs that chain puts above the threshold (n = 70 spans both of AVX-512's
 // tile widths, 32 and 16 columns, and rows past the end of a block).
 TEST(CompressionStages, SimilarityBlockKernelsCountExactlyTheFmaChainsAbove) {
-  std::vector<std::pair<std::string, cs::SimilarityBlockFn>> kernels;
-#if defined(__x86_64__)
-  if (rkv::kernels::isa_supported(rkv::kernels::Isa::Avx2))
-    kernels.emplace_back("avx2", &cs::similarity_block_avx2);
-  if (rkv::kernels::isa_supported(rkv::kernels::Isa::Avx512))
-    kernels.emplace_back("avx512", &cs::similarity_block_avx512);
-#endif
+  const auto kernels = vector_similarity_kernels();
   if (kernels.empty()) GTEST_SKIP() << "no vector similarity kernel on this CPU";
   std::mt19937 rng(17);
   for (int d : {64, 128}) {
     const int n = 70;
-    const int rows_pad = (n + cs::kSimRows - 1) / cs::kSimRows * cs::kSimRows;
-    const int cols_pad = (n + cs::kSimCols - 1) / cs::kSimCols * cs::kSimCols;
     std::vector<float> kn, knt;
     similar_normalised_keys(rng, n, d, 1.0f, kn, knt);
     auto chain = [&](int i, int j) {
@@ -509,22 +524,17 @@ TEST(CompressionStages, SimilarityBlockKernelsCountExactlyTheFmaChainsAbove) {
     for (float t : {tie, std::nextafter(tie, 2.0f), std::nextafter(tie, -2.0f), chain(0, 69)}) {
       for (const auto& [name, fn] : kernels) {
         SCOPED_TRACE(name + " d " + std::to_string(d) + " t " + std::to_string(t));
-        std::vector<std::int32_t> upper_last(rows_pad, -1), upper_above(rows_pad, 0),
-            lower_last(cols_pad, -1), lower_above(cols_pad, 0);
-        const cs::SimilarityTally tally{
-            n, t, upper_last.data(), upper_above.data(), lower_last.data(), lower_above.data()};
-        for (int i0 = 0; i0 < n; i0 += cs::kSimRows)
-          fn(kn.data(), knt.data(), d, cols_pad, i0, tally);
+        const SimilarityTallies got = tally_all_blocks(fn, kn, knt, n, d, t);
         for (int i = 0; i < n; ++i) {
           int up_last = -1, up_count = 0, low_last = -1, low_count = 0;
           for (int j = i + 1; j < n; ++j)
             if (chain(i, j) > t) up_last = j, ++up_count;
           for (int j = 0; j < i; ++j)
             if (chain(j, i) > t) low_last = j, ++low_count;
-          ASSERT_EQ(upper_last[i], up_last) << "entry " << i;
-          ASSERT_EQ(upper_above[i], up_count) << "entry " << i;
-          ASSERT_EQ(lower_last[i], low_last) << "entry " << i;
-          ASSERT_EQ(lower_above[i], low_count) << "entry " << i;
+          ASSERT_EQ(got.upper_last[i], up_last) << "entry " << i;
+          ASSERT_EQ(got.upper_above[i], up_count) << "entry " << i;
+          ASSERT_EQ(got.lower_last[i], low_last) << "entry " << i;
+          ASSERT_EQ(got.lower_above[i], low_count) << "entry " << i;
         }
       }
     }
