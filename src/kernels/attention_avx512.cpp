@@ -19,6 +19,8 @@
 //    into the two values of each pair, split_bf16_pairs; f16: vcvtph2ps; q8_0: sign-extend the
 //    int8 and multiply by the block's scale), so the kernel streams the cache at its stored size
 //    and computes exactly as on float32.
+//  * prefetches: keys and values kPrefetchRows rows ahead, into L2 (prefetch_l2_ahead), which
+//    read the cache faster than prefetches into L1 (docs/PERFORMANCE.md).
 
 // GCC 12's _mm*_undefined_*() (used inside many intrinsics) trip -Wuninitialized after inlining.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -112,7 +114,7 @@ inline void load_transposed16(const std::byte* block, std::size_t row_bytes, int
     const std::byte* row = block + static_cast<std::size_t>(i) * row_bytes;
     if constexpr (Full) {
       if (R::kPairs || (c / 16) % R::kPrefetchEvery == 0)
-        prefetch_ahead(R::at(row, c), kPrefetchRows * row_bytes);
+        prefetch_l2_ahead(R::at(row, c), kPrefetchRows * row_bytes);
     } else if (i >= rows) {
       r[i] = _mm512_setzero_si512();
       continue;
@@ -318,7 +320,7 @@ template <class R>
 inline void load_values64(const std::byte* row, int c, std::size_t pf, __m512 v[4]) {
   if constexpr (R::kPairs) {
     for (int h = 0; h < 2; ++h) {
-      prefetch_ahead(R::at(row, c + 32 * h), pf);
+      prefetch_l2_ahead(R::at(row, c + 32 * h), pf);
       __m512i even, odd;
       split_bf16_pairs(_mm512_loadu_si512(R::at(row, c + 32 * h)), even, odd);
       v[2 * h] = _mm512_castsi512_ps(even);
@@ -326,7 +328,7 @@ inline void load_values64(const std::byte* row, int c, std::size_t pf, __m512 v[
     }
   } else {
     for (int i = 0; i < 4; ++i) {
-      if ((c / 16 + i) % R::kPrefetchEvery == 0) prefetch_ahead(R::at(row, c + 16 * i), pf);
+      if ((c / 16 + i) % R::kPrefetchEvery == 0) prefetch_l2_ahead(R::at(row, c + 16 * i), pf);
       v[i] = R::load16(row, c + 16 * i);
     }
   }
