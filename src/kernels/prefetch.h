@@ -9,12 +9,16 @@
 namespace rkv::kernels {
 namespace {
 
-// Prefetch (into L1) of the line `bytes` after p. Kernels prefetch a fixed distance ahead of
-// what they read, so near the end of an array the address lies past it: that is harmless (a
-// prefetch never faults), and the address is formed as an integer, not by pointer arithmetic.
+// The address `bytes` after p. Kernels prefetch a fixed distance ahead of what they read, so near
+// the end of an array the address lies past it: that is harmless (a prefetch never faults), and
+// the address is formed as an integer, not by pointer arithmetic.
+inline const char* ahead_of(const void* p, std::size_t bytes) {
+  return reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) + bytes);
+}
+
+// Prefetch (into L1) of the line `bytes` after p.
 inline void prefetch_ahead(const void* p, std::size_t bytes) {
-  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) + bytes),
-               _MM_HINT_T0);
+  _mm_prefetch(ahead_of(p, bytes), _MM_HINT_T0);
 }
 
 // The same into L2 only (the T2 hint). The decode attention's streams (reads spread thinly
@@ -23,8 +27,7 @@ inline void prefetch_ahead(const void* p, std::size_t bytes) {
 // no performance counters): a prefetch into L1 holds one of the core's few L1 miss buffers for
 // the whole trip to memory, which caps the core's reads in flight.
 inline void prefetch_l2_ahead(const void* p, std::size_t bytes) {
-  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) + bytes),
-               _MM_HINT_T2);
+  _mm_prefetch(ahead_of(p, bytes), _MM_HINT_T2);
 }
 
 }  // namespace
