@@ -202,10 +202,13 @@ for name in names:
             depth0 = [rk[r][(key[0], 0)][0] for r in range(rounds) if (key[0], 0) in rk[r]]
             if len(depth0) == rounds:
                 notes.append("%s: rkv at R-KV budget %s, %s: %.1f tokens/s, %.0f%% of rkv's full "
-                             "cache at depth 0 (%.1f; the median of the per-round ratios)" % (
+                             "cache at depth 0 (%.1f; the median of the per-round ratios; "
+                             "rounds, depth 0 -> %s: %s)" % (
                                  name, budget, test, med(budget_t),
                                  100 * med([b / a for a, b in zip(depth0, budget_t)]),
-                                 med(depth0)))
+                                 med(depth0), test,
+                                 ", ".join("%.1f -> %.1f (%.0f%%)" % (a, b, 100 * b / a)
+                                           for a, b in zip(depth0, budget_t))))
             continue
         rt = [rk[r][key][0] for r in range(rounds)]
         fr = [rk[r][key][1] for r in range(rounds)]
