@@ -17,7 +17,8 @@
 # ratios), each figure also as a fraction of the machine's limit that rkv measures in the same
 # run (streaming-read bandwidth for decode, the matrix-product peak for prompt processing; a
 # llama.cpp figure's fraction is rkv's scaled by the two engines' speeds, the work per token
-# being the same), and the CPU model, its ISA, both commits and the date.
+# being the same), and the CPU model, its ISA, both commits and the date. Below it, for each
+# compressed deep test, a line with its ratio to rkv's depth-0 speed and each round's two figures.
 #
 # llama.cpp is not part of rkv: fetch and build it yourself, e.g. (docs/PERFORMANCE.md says which
 # build each table used; on a CPU with AMX, build without AMX, whose kernels die with SIGILL on
