@@ -95,7 +95,8 @@ expect "| fake-q4_k_m | pp512 | 200.0 | 30% | 330.0 | 50% | 1.50 | - |"
 expect "| fake-q4_k_m | tg16 @ 0 | 30.0 | 200% | 12.0 | 80% | 0.40 | - |"
 # tg at 16384: rkv's full cache not run there (RKV_FULL_DEPTHS=0); the budget's median 10
 expect "| fake-q4_k_m | tg16 @ 16384 | 3.0 | - | - | - | - | 10.0 |"
-expect "fake-q4_k_m: rkv at R-KV budget 2048, tg16 @ 16384: 10.0 tokens/s, 90% of rkv's full cache at depth 0 (12.0; the median of the per-round ratios)"
+# each round's depth 0 (10, 20, 12) and budget (9, 10, 11) figures, with their ratios 90%, 50%, 92%
+expect "fake-q4_k_m: rkv at R-KV budget 2048, tg16 @ 16384: 10.0 tokens/s, 90% of rkv's full cache at depth 0 (12.0; the median of the per-round ratios; rounds, depth 0 -> tg16 @ 16384: 10.0 -> 9.0 (90%), 20.0 -> 10.0 (50%), 12.0 -> 11.0 (92%))"
 grep -q "llama.cpp fake123; .*; 3 rounds, medians." <<<"$table" || { echo "FAIL header"; status=1; }
 
 # The defaults for rkv: its full cache at every depth, no line under the table; llama.cpp with
