@@ -27,10 +27,15 @@
 //   rkv_bench --benchmark_filter=Matmul --benchmark_repetitions=3
 //   rkv_bench --benchmark_filter=Attention
 //   rkv_bench --benchmark_filter=Limits
+//
+// RKV_BENCH_CYCLE_MIB=N cycles the cold benchmarks through N MiB instead of 256: with N below the
+// last-level cache the same kernels run hot, which tells a kernel bound by its instructions from
+// one bound by memory.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -62,7 +67,16 @@ constexpr Shape kShapes[] = {
     {"down", 896, 4864},  {"lm_head", 151936, 896},
 };
 
-constexpr std::size_t kColdBytes = std::size_t{256} << 20;
+// The bytes a cold benchmark cycles through: 256 MiB, or RKV_BENCH_CYCLE_MIB (a few MiB keeps
+// the data in the caches: the same kernel hot, to tell compute from memory apart).
+std::size_t cold_bytes() {
+  static const std::size_t bytes = [] {
+    const char* env = std::getenv("RKV_BENCH_CYCLE_MIB");
+    const long mib = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
+    return static_cast<std::size_t>(mib > 0 ? mib : 256) << 20;
+  }();
+  return bytes;
+}
 
 // Runs one ISA's row kernel over a pool, split as kernels::matmul splits it.
 void run(rkv::kernels::MatmulRowsFn fn, const float* x, std::size_t T, const WeightView& w,
@@ -79,7 +93,7 @@ void BM_Matmul(benchmark::State& state, Isa isa, Shape shape, std::size_t T, int
   const rkv::kernels::MatmulRowsFn fn = rkv::kernels::matmul_rows_for(isa);
   const std::size_t elems = shape.n * shape.k;
   const std::size_t bytes = elems * 2;
-  const std::size_t copies = T == 1 ? std::max<std::size_t>(1, kColdBytes / bytes) : 1;
+  const std::size_t copies = T == 1 ? std::max<std::size_t>(1, cold_bytes() / bytes) : 1;
   std::vector<std::uint16_t> weights(elems * copies);
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 0.05f);
@@ -111,7 +125,7 @@ void BM_Matmul(benchmark::State& state, Isa isa, Shape shape, std::size_t T, int
 void BM_QuantMatmul(benchmark::State& state, DType dtype, Shape shape, std::size_t T, int threads) {
   const std::size_t row_bytes = rkv::dtype_row_bytes(dtype, shape.k);
   const std::size_t bytes = row_bytes * shape.n;
-  const std::size_t copies = T == 1 ? std::max<std::size_t>(1, kColdBytes / bytes) : 1;
+  const std::size_t copies = T == 1 ? std::max<std::size_t>(1, cold_bytes() / bytes) : 1;
   std::vector<std::uint8_t> weights(bytes * copies);
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 0.05f);
@@ -152,7 +166,7 @@ void BM_Attention(benchmark::State& state, Isa isa, int n, rkv::KvDtype dtype, i
   const rkv::kernels::AttentionFn fn = rkv::kernels::attention_for(isa, dtype);
   const std::size_t row_bytes = rkv::kv_row_bytes(dtype, d);
   const std::size_t per_cache = static_cast<std::size_t>(n) * row_bytes;  // bytes of keys
-  const std::size_t copies = std::max<std::size_t>(1, kColdBytes / (2 * per_cache));
+  const std::size_t copies = std::max<std::size_t>(1, cold_bytes() / (2 * per_cache));
   std::vector<std::byte, rkv::HugePageAllocator<std::byte>> kv(2 * per_cache * copies);
   std::vector<float> q(static_cast<std::size_t>(G) * static_cast<std::size_t>(d)),
       out(static_cast<std::size_t>(G) * static_cast<std::size_t>(d)),
