@@ -158,12 +158,19 @@ void BM_QuantMatmul(benchmark::State& state, DType dtype, Shape shape, std::size
       benchmark::Counter::kIsRate);
 }
 
-void BM_Attention(benchmark::State& state, Isa isa, int n, rkv::KvDtype dtype, int G, int d) {
+// amx: the AMX kernel (attention_amx_for) instead of isa's.
+void BM_Attention(benchmark::State& state, Isa isa, bool amx, int n, rkv::KvDtype dtype, int G,
+                  int d) {
   if (!rkv::kernels::isa_supported(isa)) {
     state.SkipWithError("ISA not supported on this CPU");
     return;
   }
-  const rkv::kernels::AttentionFn fn = rkv::kernels::attention_for(isa, dtype);
+  if (amx && !rkv::kernels::amx_enabled()) {
+    state.SkipWithError("AMX is not enabled (no AMX-BF16, refused, or RKV_AMX=off)");
+    return;
+  }
+  const rkv::kernels::AttentionFn fn =
+      amx ? rkv::kernels::attention_amx_for(dtype) : rkv::kernels::attention_for(isa, dtype);
   const std::size_t row_bytes = rkv::kv_row_bytes(dtype, d);
   const std::size_t per_cache = static_cast<std::size_t>(n) * row_bytes;  // bytes of keys
   const std::size_t copies = std::max<std::size_t>(1, cold_bytes() / (2 * per_cache));
@@ -235,11 +242,18 @@ int register_benchmarks() {
               std::string(shape.prefix) + "n" + std::to_string(n) + "/" +
               std::string(rkv::kernels::isa_name(isa)) +
               (dtype == rkv::KvDtype::f32 ? "" : "/" + std::string(rkv::kv_dtype_name(dtype)));
-          benchmark::RegisterBenchmark(name.c_str(), BM_Attention, isa, n, dtype, shape.G, shape.d)
+          benchmark::RegisterBenchmark(name.c_str(), BM_Attention, isa, false, n, dtype, shape.G,
+                                       shape.d)
               ->Unit(benchmark::kMicrosecond)
               ->UseRealTime();
         }
       }
+      // The AMX kernel (bf16 caches only).
+      const std::string name = std::string(shape.prefix) + "n" + std::to_string(n) + "/amx/bf16";
+      benchmark::RegisterBenchmark(name.c_str(), BM_Attention, Isa::Avx512Bf16, true, n,
+                                   rkv::KvDtype::bf16, shape.G, shape.d)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
     }
   }
   for (std::size_t T : {std::size_t{1}, std::size_t{512}}) {

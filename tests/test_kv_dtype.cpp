@@ -409,6 +409,86 @@ INSTANTIATE_TEST_SUITE_P(IsasAndDtypes, KvAttentionParity, ::testing::ValuesIn(k
                                   std::string(kv_dtype_name(param_info.param.dtype));
                          });
 
+// The AMX kernel (the scores on AMX-BF16 tiles, q as three bf16 parts) for a bf16 cache, where
+// the CPU has AMX and it is on: against the formula in double precision and the AVX-512 kernel
+// with KvAttentionParity's tolerances, at head sizes 64 and 128 (the tiles; n covers a partial
+// block of 16 and the padded copy it reads from) and at 96 and 9 heads (the AVX-512 kernel it
+// hands over to). Where AMX is on, attention_fn picks it and attention_rows_fn gives each row
+// what it gives; elsewhere (RKV_AMX=off: Kernels.ParityWithAmxOff) neither does.
+TEST(KvAttention, AmxKernelAgainstDoublePrecision) {
+  const kernels::AttentionFn amx = kernels::attention_amx_for(KvDtype::bf16);
+  EXPECT_EQ(kernels::attention_amx_for(KvDtype::f32), nullptr);
+  EXPECT_EQ(kernels::attention_amx_for(KvDtype::q8_0), nullptr);
+  if (!kernels::amx_enabled()) {
+    EXPECT_NE(kernels::attention_fn(KvDtype::bf16), amx);
+    GTEST_SKIP() << "AMX is not enabled here (no AMX-BF16, the tile state refused, or RKV_AMX=off)";
+  }
+  ASSERT_NE(amx, nullptr);
+  EXPECT_EQ(kernels::attention_fn(KvDtype::bf16), amx);
+  const kernels::AttentionFn avx512 = kernels::attention_for(Isa::Avx512, KvDtype::bf16);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int d : {64, 128, 96}) {
+    for (int G : {1, 2, 5, 7, 8, 9}) {
+      for (int n : {1, 15, 16, 17, 33, 300}) {
+        SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(G) +
+                     " n=" + std::to_string(n));
+        const auto D = static_cast<std::size_t>(d);
+        const auto N = static_cast<std::size_t>(n);
+        std::vector<float> q(static_cast<std::size_t>(G) * D);
+        // Spread q over magnitudes so that its mid and lo parts matter.
+        for (float& x : q) x = dist(rng) * std::exp2(static_cast<float>(rng() % 5) - 2.0f);
+        std::vector<std::byte> ks, vs;
+        random_kv(KvDtype::bf16, d, N, rng, ks, vs);
+        std::vector<float> kd(N * D), vd(N * D);
+        kv_decode_rows_reference(KvDtype::bf16, ks.data(), N, d, kd.data());
+        kv_decode_rows_reference(KvDtype::bf16, vs.data(), N, d, vd.data());
+        const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+        std::vector<float> out(static_cast<std::size_t>(G) * D, -1.0f),
+            probs(static_cast<std::size_t>(G) * N, -1.0f), out_avx(out), probs_avx(probs);
+        amx(q.data(), G, d, ks.data(), vs.data(), n, scale, out.data(), probs.data());
+        avx512(q.data(), G, d, ks.data(), vs.data(), n, scale, out_avx.data(), probs_avx.data());
+        for (int g = 0; g < G; ++g) {
+          const auto Gi = static_cast<std::size_t>(g);
+          const std::vector<double> p =
+              ::rkv::test::softmax_f64(&q[Gi * D], kd.data(), N, D, scale);
+          for (std::size_t j = 0; j < N; ++j) {
+            ASSERT_NEAR(probs[Gi * N + j], p[j], 1e-5 * p[j] + 1e-7) << "g=" << g << " j=" << j;
+            ASSERT_NEAR(probs[Gi * N + j], probs_avx[Gi * N + j], 1e-5 * p[j] + 1e-7);
+          }
+          for (std::size_t x = 0; x < D; ++x) {
+            double want = 0.0, mag = 0.0;
+            for (std::size_t j = 0; j < N; ++j) {
+              want += p[j] * static_cast<double>(vd[j * D + x]);
+              mag += p[j] * std::fabs(static_cast<double>(vd[j * D + x]));
+            }
+            ASSERT_NEAR(out[Gi * D + x], want, 1e-5 * mag + 1e-7) << "g=" << g << " x=" << x;
+            ASSERT_NEAR(out[Gi * D + x], out_avx[Gi * D + x], 1e-5 * mag + 1e-7);
+          }
+        }
+        if (d == 96 || G == 9) {  // handed over: the AVX-512 kernel's bits
+          ASSERT_EQ(std::memcmp(out.data(), out_avx.data(), out.size() * sizeof(float)), 0);
+          continue;
+        }
+        // The rows: each row what the one-row kernel gives it, bit for bit.
+        const int R = n < 4 ? n : 4, n0 = n - R + 1;
+        const kernels::AttentionRowsFn rows =
+            kernels::attention_rows_fn(KvDtype::bf16, kernels::AttentionPrecision::Exact);
+        const std::size_t qs = static_cast<std::size_t>(G) * D;
+        std::vector<float> rq(static_cast<std::size_t>(R) * qs);
+        for (float& x : rq) x = dist(rng);
+        std::vector<float> got(rq.size()), want(rq.size()), scratch(rq.size() / D * N);
+        rows(rq.data(), qs, R, G, d, ks.data(), vs.data(), n0, scale, got.data(), qs,
+             scratch.data());
+        for (int i = 0; i < R; ++i)
+          amx(rq.data() + static_cast<std::size_t>(i) * qs, G, d, ks.data(), vs.data(), n0 + i,
+              scale, want.data() + static_cast<std::size_t>(i) * qs, probs.data());
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+      }
+    }
+  }
+}
+
 // The float32 kernels did not change: the typed dispatch's f32 entry is the one the float32
 // goldens run, and float32 rows given as bytes give the same bits as before.
 TEST(KvAttention, F32IsTheDefault) {

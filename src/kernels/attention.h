@@ -45,16 +45,24 @@ std::string_view attention_precision_name(AttentionPrecision p);
 // Parses "exact" or "llamacpp"; throws rkv::Error naming the valid values.
 AttentionPrecision parse_attention_precision(std::string_view name);
 
-// The implementation for the active instruction set (see kernels.h) and a cache dtype.
+// The implementation for the active instruction set (see kernels.h) and a cache dtype: the AMX
+// kernel (attention_amx_for) where kernels::amx_enabled() and it has one for the dtype.
 AttentionFn attention_fn(KvDtype dtype = KvDtype::f32);
 // The same in a given precision (LlamaCpp: the portable kernel of attention_llamacpp.cpp).
 AttentionFn attention_fn(KvDtype dtype, AttentionPrecision precision);
 AttentionFn attention_llamacpp_for(KvDtype dtype);
 // The rows version for the active instruction set: AVX-512's shared kernel for exact attention
-// at head sizes 64 and 128; elsewhere attention_fn(dtype, precision) row by row.
+// at head sizes 64 and 128; elsewhere, and where attention_fn picks the AMX kernel,
+// attention_fn(dtype, precision) row by row.
 AttentionRowsFn attention_rows_fn(KvDtype dtype, AttentionPrecision precision);
 // The same for one instruction set.
 AttentionRowsFn attention_rows_for(Isa isa, KvDtype dtype, AttentionPrecision precision);
+
+// The AMX kernel for a cache dtype (bf16: the scores on AMX-BF16 tiles, the rest as AVX-512's;
+// head sizes other than 64 and 128 and more than 8 heads per KV head take the AVX-512 kernel), or
+// nullptr for the other dtypes and on builds without it. Callers check kernels::amx_enabled();
+// attention_fn and attention_rows_fn pick it there.
+AttentionFn attention_amx_for(KvDtype dtype);
 
 // The implementation for one instruction set (callers check kernels::isa_supported first).
 AttentionFn attention_for(Isa isa, KvDtype dtype = KvDtype::f32);

@@ -481,6 +481,25 @@ void attention_typed(const float* q, int G, int d, const void* keys_v, const voi
   }
 }
 
+}  // namespace
+
+// The rest of attention_typed after its scores, for a bf16 cache at head size 64 or 128: probs
+// [G][n] holds scale * q . k on entry and the probabilities on return, out gets the G heads'
+// outputs. What the AMX scores (attention_avx512bf16.cpp) hand over to.
+void attention_avx512_finish_bf16(int G, int d, const void* values_v, int n, float* out,
+                                  float* probs) {
+  const auto* values = static_cast<const std::byte*>(values_v);
+  const std::size_t row_bytes = kv_row_bytes(KvDtype::bf16, d);
+  softmax_rows_avx512(probs, G, n);
+  if (d == 64) {
+    output<Row<KvDtype::bf16>, 64>(probs, G, n, values, row_bytes, out);
+  } else {
+    output<Row<KvDtype::bf16>, 128>(probs, G, n, values, row_bytes, out);
+  }
+}
+
+namespace {
+
 // f32 rows of the widened-values scratch: in L1 already, prefetched once a row, not per vector.
 struct ScratchRow : Row<KvDtype::f32> {
   static constexpr int kPrefetchEvery = 1 << 20;

@@ -15,6 +15,7 @@ void vec_exp_reference(float*, int);
 AttentionFn attention_avx2_for(KvDtype dtype);
 AttentionFn attention_avx512_for(KvDtype dtype);
 AttentionRowsFn attention_rows_avx512_for(KvDtype dtype);
+AttentionFn attention_amx_bf16_fn();
 KvDecodeFn kv_decode_avx2_fn();
 KvDecodeFn kv_decode_avx512_fn();
 void vec_exp_avx2(float*, int);
@@ -36,10 +37,29 @@ AttentionFn attention_for(Isa isa, KvDtype dtype) {
   return attention_reference_for(dtype);
 }
 
+AttentionFn attention_amx_for(KvDtype dtype) {
+#if defined(__x86_64__)
+  if (dtype == KvDtype::bf16) return attention_amx_bf16_fn();
+#endif
+  (void)dtype;
+  return nullptr;
+}
+
+namespace {
+
+// The active instruction set's kernel, or the AMX one where amx_enabled() and it has one.
+AttentionFn active_attention(KvDtype dtype) {
+  if (amx_enabled())
+    if (const AttentionFn amx = attention_amx_for(dtype)) return amx;
+  return attention_for(active_isa(), dtype);
+}
+
+}  // namespace
+
 AttentionFn attention_fn(KvDtype dtype) {
-  static const AttentionFn fns[] = {
-      attention_for(active_isa(), KvDtype::f32), attention_for(active_isa(), KvDtype::bf16),
-      attention_for(active_isa(), KvDtype::f16), attention_for(active_isa(), KvDtype::q8_0)};
+  static const AttentionFn fns[] = {active_attention(KvDtype::f32), active_attention(KvDtype::bf16),
+                                    active_attention(KvDtype::f16),
+                                    active_attention(KvDtype::q8_0)};
   return fns[static_cast<int>(dtype)];
 }
 
@@ -76,6 +96,9 @@ AttentionRowsFn rows_each(KvDtype dtype) {
   return &attention_rows_each<Pick, KvDtype::f32>;
 }
 
+AttentionFn active_exact(KvDtype dtype) {
+  return attention_fn(dtype);
+}
 AttentionFn reference_exact(KvDtype dtype) {
   return attention_reference_for(dtype);
 }
@@ -105,6 +128,10 @@ AttentionRowsFn attention_rows_for(Isa isa, KvDtype dtype, AttentionPrecision pr
 }
 
 AttentionRowsFn attention_rows_fn(KvDtype dtype, AttentionPrecision precision) {
+  // On AMX the rows go one by one through the AMX kernel, so that each gets what decode gives it.
+  if (precision == AttentionPrecision::Exact && amx_enabled() &&
+      attention_amx_for(dtype) != nullptr)
+    return rows_each<&active_exact>(dtype);
   return attention_rows_for(active_isa(), dtype, precision);
 }
 
