@@ -470,8 +470,9 @@ TEST(KvAttention, AmxKernelAgainstDoublePrecision) {
           ASSERT_EQ(std::memcmp(out.data(), out_avx.data(), out.size() * sizeof(float)), 0);
           continue;
         }
-        // The rows: each row what the one-row kernel gives it, bit for bit.
-        const int R = n < 4 ? n : 4, n0 = n - R + 1;
+        // The rows (the AMX kernel's, reading each block of keys once for all of them): each row
+        // what the one-row kernel gives it, bit for bit.
+        const int R = n < 20 ? n : 20, n0 = n - R + 1;
         const kernels::AttentionRowsFn rows =
             kernels::attention_rows_fn(KvDtype::bf16, kernels::AttentionPrecision::Exact);
         const std::size_t qs = static_cast<std::size_t>(G) * D;

@@ -505,6 +505,42 @@ struct ScratchRow : Row<KvDtype::f32> {
   static constexpr int kPrefetchEvery = 1 << 20;
 };
 
+// The softmax and output of attention_rows_blocked: R rows, row i's [G][n0 + i] scores at probs +
+// i * G * (n0 + R - 1) on entry; each chunk of kPvChunk values is widened to float32 once into vf,
+// which output_rows then reads as f32 rows (exact values either way, so each row's bits are
+// attention_typed's).
+template <KvDtype T, int D>
+void rows_finish(int R, int G, const std::byte* values, int n0, float* out, std::size_t out_stride,
+                 float* probs) {
+  const std::size_t row_bytes = kv_row_bytes(T, D);
+  const int n_last = n0 + R - 1;
+  const std::size_t pstride = static_cast<std::size_t>(G) * static_cast<std::size_t>(n_last);
+  for (int i = 0; i < R; ++i) {
+    softmax_rows_avx512(probs + static_cast<std::size_t>(i) * pstride, G, n0 + i);
+    float* o = out + static_cast<std::size_t>(i) * out_stride;
+    for (int k = 0; k < G * D; ++k) o[k] = 0.0f;
+  }
+  alignas(64) float vf[kPvChunk * D];
+  const auto* vrows = reinterpret_cast<const std::byte*>(vf);
+  constexpr std::size_t vf_row_bytes = D * sizeof(float);
+  for (int j0 = 0; j0 < n_last; j0 += kPvChunk) {
+    const int j1 = n_last - j0 < kPvChunk ? n_last : j0 + kPvChunk;
+    for (int j = j0; j < j1; ++j)
+      for (int c = 0; c < D; c += 16)
+        _mm512_store_ps(vf + (j - j0) * D + c,
+                        Row<T>::load16(values + static_cast<std::size_t>(j) * row_bytes, c));
+    for (int i = 0; i < R; ++i) {
+      const int n = n0 + i;
+      if (n <= j0) continue;
+      // Row i's probabilities from key j0 on, so that vf's row 0 is key j0.
+      const float* p = probs + static_cast<std::size_t>(i) * pstride + j0;
+      float* o = out + static_cast<std::size_t>(i) * out_stride;
+      const int len = (n < j1 ? n : j1) - j0;
+      output_rows<ScratchRow, D>(p, n, G, vrows, vf_row_bytes, 0, len, o);
+    }
+  }
+}
+
 // AttentionRowsFn (attention.h) for head size D: what attention_typed computes for each row, in
 // the same order, bit for bit, with the work that does not depend on the row done once: each
 // block of 16 keys is transposed once for every row that sees it (a row's lanes past its own
@@ -538,30 +574,7 @@ void attention_rows_blocked(const float* q, std::size_t q_stride, int R, int G,
                                         ri, scale, probs + static_cast<std::size_t>(i) * pstride);
     }
   }
-  for (int i = 0; i < R; ++i) {
-    softmax_rows_avx512(probs + static_cast<std::size_t>(i) * pstride, G, n0 + i);
-    float* o = out + static_cast<std::size_t>(i) * out_stride;
-    for (int k = 0; k < G * D; ++k) o[k] = 0.0f;
-  }
-  alignas(64) float vf[kPvChunk * D];
-  const auto* vrows = reinterpret_cast<const std::byte*>(vf);
-  constexpr std::size_t vf_row_bytes = D * sizeof(float);
-  for (int j0 = 0; j0 < n_last; j0 += kPvChunk) {
-    const int j1 = n_last - j0 < kPvChunk ? n_last : j0 + kPvChunk;
-    for (int j = j0; j < j1; ++j)
-      for (int c = 0; c < D; c += 16)
-        _mm512_store_ps(vf + (j - j0) * D + c,
-                        Row<T>::load16(values + static_cast<std::size_t>(j) * row_bytes, c));
-    for (int i = 0; i < R; ++i) {
-      const int n = n0 + i;
-      if (n <= j0) continue;
-      // Row i's probabilities from key j0 on, so that vf's row 0 is key j0.
-      const float* p = probs + static_cast<std::size_t>(i) * pstride + j0;
-      float* o = out + static_cast<std::size_t>(i) * out_stride;
-      const int len = (n < j1 ? n : j1) - j0;
-      output_rows<ScratchRow, D>(p, n, G, vrows, vf_row_bytes, 0, len, o);
-    }
-  }
+  rows_finish<T, D>(R, G, values, n0, out, out_stride, probs);
 }
 
 template <KvDtype T>
@@ -584,6 +597,19 @@ void attention_rows_typed(const float* q, std::size_t q_stride, int R, int G, in
 }
 
 }  // namespace
+
+// attention_rows_blocked after its scores, for a bf16 cache at head size 64 or 128 (R rows, row
+// i's [G][n0 + i] scores at probs + i * G * (n0 + R - 1)). What the AMX rows kernel
+// (attention_avx512bf16.cpp) hands over to.
+void attention_avx512_rows_finish_bf16(int R, int G, int d, const void* values, int n0, float* out,
+                                       std::size_t out_stride, float* probs) {
+  const auto* v = static_cast<const std::byte*>(values);
+  if (d == 64) {
+    rows_finish<KvDtype::bf16, 64>(R, G, v, n0, out, out_stride, probs);
+  } else {
+    rows_finish<KvDtype::bf16, 128>(R, G, v, n0, out, out_stride, probs);
+  }
+}
 
 AttentionRowsFn attention_rows_avx512_for(KvDtype dtype) {
   switch (dtype) {

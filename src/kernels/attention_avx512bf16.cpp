@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/amx_util.h"
 #include "kernels/attention.h"
@@ -38,12 +39,21 @@ namespace rkv::kernels {
 AttentionFn attention_avx512_for(KvDtype dtype);
 void attention_avx512_finish_bf16(int G, int d, const void* values, int n, float* out,
                                   float* probs);
+void attention_avx512_rows_finish_bf16(int R, int G, int d, const void* values, int n0, float* out,
+                                       std::size_t out_stride, float* probs);
 
 namespace {
 
 constexpr int kMaxHeads = 8;  // C's columns hold two parts of every head
-// Cache rows prefetched into L2 ahead of the block read (as the AVX-512 kernel does).
-constexpr int kPrefetchRows = 64;
+// Cache rows prefetched into L1 ahead of the block read: two blocks. Into L2, as the AVX-512
+// kernel prefetches, or 64 rows ahead, read the cache more slowly (rkv_bench
+// Attention/n8320/amx/bf16, cold and with RKV_BENCH_CYCLE_MIB=8; docs/PERFORMANCE-LOG.md).
+constexpr int kPrefetchRows = 32;
+
+inline void prefetch_block_ahead(const std::byte* block, std::size_t row_bytes) {
+  for (std::size_t b = 0; b < 16 * row_bytes; b += 64)
+    prefetch_ahead(block + b, kPrefetchRows * row_bytes);
+}
 
 // B tiles for dimensions [32c, 32c + 32): row i holds the pair of dimensions 32c + 2i, 32c + 2i + 1
 // (low half the even one) of every head: hm[c] hi in columns 0 .. G - 1 and mid in G .. 2G - 1,
@@ -132,14 +142,15 @@ inline void store_scores(const float* hm, const float* lo, int G, float scale, f
 }
 
 // The two C tiles <- the sums of 16 keys at `block` (row stride row_bytes): each pair of chunks
-// of 32 dimensions loaded as A and multiplied by their hi/mid and lo tiles. Head size 64 keeps
-// the B tiles (loaded once by the caller); 128 loads each pair of chunks' from t.
-template <int D>
+// of 32 dimensions loaded as A and multiplied by their hi/mid and lo tiles, loaded from t with
+// LoadB (head size 128; 64 keeps them in tiles 2..5 when one q is multiplied, loaded by the
+// caller). The same operations in the same order either way, so the same bits.
+template <int D, bool LoadB = (D != 64)>
 inline void block_scores(const std::byte* block, std::size_t row_bytes, const QTiles& t) {
   _tile_zero(6);
   _tile_zero(7);
   for (int c = 0; c < D / 32; c += 2) {
-    if constexpr (D != 64) {
+    if constexpr (LoadB) {
       _tile_loadd(2, t.hm[c], 64);
       _tile_loadd(3, t.lo[c], 64);
       _tile_loadd(4, t.hm[c + 1], 64);
@@ -172,8 +183,7 @@ void scores_amx(const float* q, int G, const std::byte* keys, int n, float scale
   std::size_t j0 = 0;
   for (; j0 + 16 <= N; j0 += 16) {
     const std::byte* block = keys + j0 * row_bytes;
-    for (std::size_t b = 0; b < 16 * row_bytes; b += 64)
-      prefetch_l2_ahead(block + b, kPrefetchRows * row_bytes);
+    prefetch_block_ahead(block, row_bytes);
     block_scores<D>(block, row_bytes, t);
     _tile_stored(6, hm, 64);
     _tile_stored(7, lo, 64);
@@ -188,6 +198,44 @@ void scores_amx(const float* q, int G, const std::byte* keys, int n, float scale
     _tile_stored(6, hm, 64);
     _tile_stored(7, lo, 64);
     store_scores(hm, lo, G, scale, probs, N, j0, static_cast<int>(rows));
+  }
+  _tile_release();
+}
+
+// AttentionRowsFn's scores for R rows (row i: its q at q + i * q_stride, n0 + i keys, its [G][n0 +
+// i] scores to probs + i * G * (n0 + R - 1)): scores_amx's for each row, bit for bit, with each
+// block of keys read from memory once for all the rows that see it (the rows' A tiles come from
+// L1). A row's C rows past its own keys are not stored, as scores_amx's zero rows are not.
+template <int D>
+void rows_scores_amx(const float* q, std::size_t q_stride, int R, int G, const std::byte* keys,
+                     int n0, float scale, float* probs) {
+  constexpr std::size_t row_bytes = 2 * D;
+  thread_local std::vector<QTiles> tiles;
+  if (tiles.size() < static_cast<std::size_t>(R)) tiles.resize(static_cast<std::size_t>(R));
+  for (int i = 0; i < R; ++i) split_q<D>(q + static_cast<std::size_t>(i) * q_stride, G, tiles[i]);
+  const auto n_last = static_cast<std::size_t>(n0 + R - 1);
+  const std::size_t pstride = static_cast<std::size_t>(G) * n_last;
+  alignas(64) float hm[16 * 16], lo[16 * 16];
+  alignas(64) std::byte tail[16 * row_bytes];
+  configure(G);
+  for (std::size_t j0 = 0; j0 < n_last; j0 += 16) {
+    const std::byte* block = keys + j0 * row_bytes;
+    prefetch_block_ahead(block, row_bytes);
+    if (n_last - j0 < 16) {  // the last keys, from a copy padded with zero rows
+      const std::size_t rows = n_last - j0;
+      std::memcpy(tail, block, rows * row_bytes);
+      std::memset(tail + rows * row_bytes, 0, (16 - rows) * row_bytes);
+      block = tail;
+    }
+    for (int i = 0; i < R; ++i) {
+      const auto n = static_cast<std::size_t>(n0 + i);
+      if (n <= j0) continue;
+      block_scores<D, true>(block, row_bytes, tiles[static_cast<std::size_t>(i)]);
+      _tile_stored(6, hm, 64);
+      _tile_stored(7, lo, 64);
+      store_scores(hm, lo, G, scale, probs + static_cast<std::size_t>(i) * pstride, n, j0,
+                   static_cast<int>(n - j0 < 16 ? n - j0 : 16));
+    }
   }
   _tile_release();
 }
@@ -207,10 +255,32 @@ void attention_amx_bf16(const float* q, int G, int d, const void* keys, const vo
   attention_avx512_finish_bf16(G, d, values, n, out, probs);
 }
 
+void attention_rows_amx_bf16(const float* q, std::size_t q_stride, int R, int G, int d,
+                             const void* keys, const void* values, int n0, float scale, float* out,
+                             std::size_t out_stride, float* probs) {
+  if ((d != 64 && d != 128) || G > kMaxHeads || R == 1) {
+    for (int i = 0; i < R; ++i)
+      attention_amx_bf16(q + static_cast<std::size_t>(i) * q_stride, G, d, keys, values, n0 + i,
+                         scale, out + static_cast<std::size_t>(i) * out_stride, probs);
+    return;
+  }
+  const auto* k = static_cast<const std::byte*>(keys);
+  if (d == 64) {
+    rows_scores_amx<64>(q, q_stride, R, G, k, n0, scale, probs);
+  } else {
+    rows_scores_amx<128>(q, q_stride, R, G, k, n0, scale, probs);
+  }
+  attention_avx512_rows_finish_bf16(R, G, d, values, n0, out, out_stride, probs);
+}
+
 }  // namespace
 
 AttentionFn attention_amx_bf16_fn() {
   return &attention_amx_bf16;
+}
+
+AttentionRowsFn attention_rows_amx_bf16_fn() {
+  return &attention_rows_amx_bf16;
 }
 
 }  // namespace rkv::kernels

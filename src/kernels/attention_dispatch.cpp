@@ -16,6 +16,7 @@ AttentionFn attention_avx2_for(KvDtype dtype);
 AttentionFn attention_avx512_for(KvDtype dtype);
 AttentionRowsFn attention_rows_avx512_for(KvDtype dtype);
 AttentionFn attention_amx_bf16_fn();
+AttentionRowsFn attention_rows_amx_bf16_fn();
 KvDecodeFn kv_decode_avx2_fn();
 KvDecodeFn kv_decode_avx512_fn();
 void vec_exp_avx2(float*, int);
@@ -96,9 +97,6 @@ AttentionRowsFn rows_each(KvDtype dtype) {
   return &attention_rows_each<Pick, KvDtype::f32>;
 }
 
-AttentionFn active_exact(KvDtype dtype) {
-  return attention_fn(dtype);
-}
 AttentionFn reference_exact(KvDtype dtype) {
   return attention_reference_for(dtype);
 }
@@ -128,10 +126,11 @@ AttentionRowsFn attention_rows_for(Isa isa, KvDtype dtype, AttentionPrecision pr
 }
 
 AttentionRowsFn attention_rows_fn(KvDtype dtype, AttentionPrecision precision) {
-  // On AMX the rows go one by one through the AMX kernel, so that each gets what decode gives it.
-  if (precision == AttentionPrecision::Exact && amx_enabled() &&
-      attention_amx_for(dtype) != nullptr)
-    return rows_each<&active_exact>(dtype);
+  // On AMX the AMX kernel's rows, so that each row gets what decode gives it.
+#if defined(__x86_64__)
+  if (precision == AttentionPrecision::Exact && amx_enabled() && dtype == KvDtype::bf16)
+    return attention_rows_amx_bf16_fn();
+#endif
   return attention_rows_for(active_isa(), dtype, precision);
 }
 
