@@ -15,7 +15,8 @@
 // heads, 4 kv heads); Attention/g5d128/n2048/... and g4d128: 5 and 4 heads of size 128 (QwQ-32B
 // and the R1-Distill-Qwen-14B/32B: 40 q heads, 8 kv heads; Qwen3-8B and Llama-3-8B: 32 and 8). The
 // caches are on huge pages where Linux offers them (core/huge_pages.h, as the engine's KV cache);
-// figures recorded before 2026-11-28 06:30 UTC had 4 KiB pages.
+// figures recorded before 2026-11-28 06:30 UTC had 4 KiB pages. .../amx/bf16: the AMX kernel
+// (attention_amx_for) on a bf16 cache, where AMX is on (else skipped, saying why).
 //
 // Limits: the machine's streaming-read bandwidth and compute peak per instruction set and thread
 // count (kernels/limits.h), the ceilings the matmul figures are read against.

@@ -37,6 +37,7 @@
 namespace rkv::kernels {
 
 AttentionFn attention_avx512_for(KvDtype dtype);
+AttentionRowsFn attention_rows_avx512_for(KvDtype dtype);
 void attention_avx512_finish_bf16(int G, int d, const void* values, int n, float* out,
                                   float* probs);
 void attention_avx512_rows_finish_bf16(int R, int G, int d, const void* values, int n0, float* out,
@@ -258,10 +259,13 @@ void attention_amx_bf16(const float* q, int G, int d, const void* keys, const vo
 void attention_rows_amx_bf16(const float* q, std::size_t q_stride, int R, int G, int d,
                              const void* keys, const void* values, int n0, float scale, float* out,
                              std::size_t out_stride, float* probs) {
-  if ((d != 64 && d != 128) || G > kMaxHeads || R == 1) {
-    for (int i = 0; i < R; ++i)
-      attention_amx_bf16(q + static_cast<std::size_t>(i) * q_stride, G, d, keys, values, n0 + i,
-                         scale, out + static_cast<std::size_t>(i) * out_stride, probs);
+  if ((d != 64 && d != 128) || G > kMaxHeads) {  // the AVX-512 rows, each row its one-row bits
+    static const AttentionRowsFn avx512 = attention_rows_avx512_for(KvDtype::bf16);
+    avx512(q, q_stride, R, G, d, keys, values, n0, scale, out, out_stride, probs);
+    return;
+  }
+  if (R == 1) {
+    attention_amx_bf16(q, G, d, keys, values, n0, scale, out, probs);
     return;
   }
   const auto* k = static_cast<const std::byte*>(keys);

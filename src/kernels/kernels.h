@@ -132,7 +132,8 @@ Bf16RowsFn bf16_rows_for(Isa isa);
 // (prefill, from kBf16GemmMinT rows) TDPBF16PS on the same packed panels and the same hi/lo
 // activation parts, and fewer rows (decode, decode batches) TDPBF16PS on the weight rows in place
 // (the rows layout), so both precisions keep their arithmetic (products of bf16 exact in f32,
-// f32 accumulation). RKV_AMX=off keeps it off; a CPU with AMX whose kernel refuses says so once on
+// f32 accumulation); a bf16 cache's attention scores likewise (attention_amx_for in
+// attention.h). RKV_AMX=off keeps it off; a CPU with AMX whose kernel refuses says so once on
 // stderr. Decided once, on the first call.
 bool amx_enabled();
 // The layout Bf16RowsFn takes for T input rows: grouped for the vector GEMM (T >= kBf16GemmMinT,
