@@ -464,21 +464,8 @@ TEST_P(AttentionParity, AgainstDoublePrecision) {
         std::vector<float> out(static_cast<std::size_t>(G) * D, -1.0f),
             probs(static_cast<std::size_t>(G) * N, -1.0f);
         attention(q.data(), G, d, k.data(), v.data(), n, scale, out.data(), probs.data());
-        for (int g = 0; g < G; ++g) {
-          const auto Gi = static_cast<std::size_t>(g);
-          const std::vector<double> p = ::rkv::test::softmax_f64(&q[Gi * D], k.data(), N, D, scale);
-          for (std::size_t j = 0; j < N; ++j) {
-            ASSERT_NEAR(probs[Gi * N + j], p[j], 1e-5 * p[j] + 1e-7) << "g=" << g << " j=" << j;
-          }
-          for (std::size_t x = 0; x < D; ++x) {
-            double want = 0.0, mag = 0.0;
-            for (std::size_t j = 0; j < N; ++j) {
-              want += p[j] * static_cast<double>(v[j * D + x]);
-              mag += p[j] * std::fabs(static_cast<double>(v[j * D + x]));
-            }
-            ASSERT_NEAR(out[Gi * D + x], want, 1e-5 * mag + 1e-7) << "g=" << g << " x=" << x;
-          }
-        }
+        ::rkv::test::expect_attention_near(q, G, d, k, v, scale, probs, out);
+        if (HasFatalFailure()) return;
       }
     }
   }

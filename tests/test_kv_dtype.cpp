@@ -286,35 +286,6 @@ void random_kv(KvDtype dtype, int d, std::size_t n, std::mt19937& rng, std::vect
   }
 }
 
-// One query's attention (G heads of d, N = probs.size() / G entries, keys kd and values vd as
-// float32) by a kernel (probs, out) against the formula in double precision and against another
-// kernel's (probs_other, out_other), each within 1e-5 of the formula's magnitude.
-void expect_attention_near(const std::vector<float>& q, int G, int d, const std::vector<float>& kd,
-                           const std::vector<float>& vd, float scale,
-                           const std::vector<float>& probs, const std::vector<float>& out,
-                           const std::vector<float>& probs_other,
-                           const std::vector<float>& out_other) {
-  const auto D = static_cast<std::size_t>(d);
-  const std::size_t N = probs.size() / static_cast<std::size_t>(G);
-  for (int g = 0; g < G; ++g) {
-    const auto Gi = static_cast<std::size_t>(g);
-    const std::vector<double> p = ::rkv::test::softmax_f64(&q[Gi * D], kd.data(), N, D, scale);
-    for (std::size_t j = 0; j < N; ++j) {
-      ASSERT_NEAR(probs[Gi * N + j], p[j], 1e-5 * p[j] + 1e-7) << "g=" << g << " j=" << j;
-      ASSERT_NEAR(probs[Gi * N + j], probs_other[Gi * N + j], 1e-5 * p[j] + 1e-7);
-    }
-    for (std::size_t x = 0; x < D; ++x) {
-      double want = 0.0, mag = 0.0;
-      for (std::size_t j = 0; j < N; ++j) {
-        want += p[j] * static_cast<double>(vd[j * D + x]);
-        mag += p[j] * std::fabs(static_cast<double>(vd[j * D + x]));
-      }
-      ASSERT_NEAR(out[Gi * D + x], want, 1e-5 * mag + 1e-7) << "g=" << g << " x=" << x;
-      ASSERT_NEAR(out[Gi * D + x], out_other[Gi * D + x], 1e-5 * mag + 1e-7);
-    }
-  }
-}
-
 // Every instruction set's kernel for a cache dtype, against (1) the formula in double precision
 // on the dequantized keys and values (what the kernel must compute: the stored values exactly)
 // and (2) the portable reference kernel. Head sizes 64 and 128 take the blocked kernels (256 too
@@ -354,7 +325,8 @@ TEST_P(KvAttentionParity, AgainstReferenceAndDoublePrecision) {
             probs(static_cast<std::size_t>(G) * N, -1.0f), out_ref(out), probs_ref(probs);
         attention(q.data(), G, d, ks.data(), vs.data(), n, scale, out.data(), probs.data());
         reference(q.data(), G, d, ks.data(), vs.data(), n, scale, out_ref.data(), probs_ref.data());
-        expect_attention_near(q, G, d, kd, vd, scale, probs, out, probs_ref, out_ref);
+        ::rkv::test::expect_attention_near(q, G, d, kd, vd, scale, probs, out, &probs_ref,
+                                           &out_ref);
         if (HasFatalFailure()) return;
       }
     }
@@ -461,7 +433,8 @@ TEST(KvAttention, AmxKernelAgainstDoublePrecision) {
             probs(static_cast<std::size_t>(G) * N, -1.0f), out_avx(out), probs_avx(probs);
         amx(q.data(), G, d, ks.data(), vs.data(), n, scale, out.data(), probs.data());
         avx512(q.data(), G, d, ks.data(), vs.data(), n, scale, out_avx.data(), probs_avx.data());
-        expect_attention_near(q, G, d, kd, vd, scale, probs, out, probs_avx, out_avx);
+        ::rkv::test::expect_attention_near(q, G, d, kd, vd, scale, probs, out, &probs_avx,
+                                           &out_avx);
         if (HasFatalFailure()) return;
         if (d == 96 || G == 9) {  // handed over: the AVX-512 kernel's bits
           ASSERT_EQ(std::memcmp(out.data(), out_avx.data(), out.size() * sizeof(float)), 0);

@@ -165,6 +165,42 @@ inline std::vector<double> softmax_f64(const float* q, const float* k, std::size
   return p;
 }
 
+// One query's attention (G heads of d, N = probs.size() / G entries, keys k and values v as
+// float32 [N][d]) by a kernel (probs [G][N], out [G][d]) against the formula in double precision
+// (softmax_f64) and, when given, another kernel's (probs_other, out_other): probabilities within
+// 1e-5 of themselves plus 1e-7, outputs within 1e-5 of the sum of |p v| plus 1e-7. Call
+// HasFatalFailure() after it.
+inline void expect_attention_near(const std::vector<float>& q, int G, int d,
+                                  const std::vector<float>& k, const std::vector<float>& v,
+                                  float scale, const std::vector<float>& probs,
+                                  const std::vector<float>& out,
+                                  const std::vector<float>* probs_other = nullptr,
+                                  const std::vector<float>* out_other = nullptr) {
+  const auto D = static_cast<std::size_t>(d);
+  const std::size_t N = probs.size() / static_cast<std::size_t>(G);
+  for (int g = 0; g < G; ++g) {
+    const auto Gi = static_cast<std::size_t>(g);
+    const std::vector<double> p = softmax_f64(&q[Gi * D], k.data(), N, D, scale);
+    for (std::size_t j = 0; j < N; ++j) {
+      ASSERT_NEAR(probs[Gi * N + j], p[j], 1e-5 * p[j] + 1e-7) << "g=" << g << " j=" << j;
+      if (probs_other != nullptr) {
+        ASSERT_NEAR(probs[Gi * N + j], (*probs_other)[Gi * N + j], 1e-5 * p[j] + 1e-7);
+      }
+    }
+    for (std::size_t x = 0; x < D; ++x) {
+      double want = 0.0, mag = 0.0;
+      for (std::size_t j = 0; j < N; ++j) {
+        want += p[j] * static_cast<double>(v[j * D + x]);
+        mag += p[j] * std::fabs(static_cast<double>(v[j * D + x]));
+      }
+      ASSERT_NEAR(out[Gi * D + x], want, 1e-5 * mag + 1e-7) << "g=" << g << " x=" << x;
+      if (out_other != nullptr) {
+        ASSERT_NEAR(out[Gi * D + x], (*out_other)[Gi * D + x], 1e-5 * mag + 1e-7);
+      }
+    }
+  }
+}
+
 // The path to the rkv program built alongside the tests.
 // Runs a shell command; returns its exit status (-1 if it did not exit normally) and its stdout
 // in `out`.

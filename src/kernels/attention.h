@@ -52,8 +52,8 @@ AttentionFn attention_fn(KvDtype dtype = KvDtype::f32);
 AttentionFn attention_fn(KvDtype dtype, AttentionPrecision precision);
 AttentionFn attention_llamacpp_for(KvDtype dtype);
 // The rows version for the active instruction set: AVX-512's shared kernel for exact attention
-// at head sizes 64 and 128; elsewhere, and where attention_fn picks the AMX kernel,
-// attention_fn(dtype, precision) row by row.
+// at head sizes 64 and 128 (where attention_fn picks the AMX kernel, the AMX kernel's rows, each
+// row bit for bit its one-row result); elsewhere attention_fn(dtype, precision) row by row.
 AttentionRowsFn attention_rows_fn(KvDtype dtype, AttentionPrecision precision);
 // The same for one instruction set.
 AttentionRowsFn attention_rows_for(Isa isa, KvDtype dtype, AttentionPrecision precision);

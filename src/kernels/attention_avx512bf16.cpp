@@ -166,6 +166,23 @@ inline void block_scores(const std::byte* block, std::size_t row_bytes, const QT
   }
 }
 
+// The last rows < 16 keys of a cache (row stride row_bytes) copied to `tail` and padded with zero
+// rows: A reads 16 rows.
+template <std::size_t RowBytes>
+const std::byte* padded_block(const std::byte* block, std::size_t rows, std::byte* tail) {
+  std::memcpy(tail, block, rows * RowBytes);
+  std::memset(tail + rows * RowBytes, 0, (16 - rows) * RowBytes);
+  return tail;
+}
+
+// The C tiles to hm and lo, then their scores of keys j0 .. j0 + rows to probs (store_scores).
+inline void emit_scores(float* hm, float* lo, int G, float scale, float* probs, std::size_t n,
+                        std::size_t j0, int rows) {
+  _tile_stored(6, hm, 64);
+  _tile_stored(7, lo, 64);
+  store_scores(hm, lo, G, scale, probs, n, j0, rows);
+}
+
 // probs[g][j] = scale * q[g] . keys[j] for g < G <= 8, j < n.
 template <int D>
 void scores_amx(const float* q, int G, const std::byte* keys, int n, float scale, float* probs) {
@@ -186,19 +203,13 @@ void scores_amx(const float* q, int G, const std::byte* keys, int n, float scale
     const std::byte* block = keys + j0 * row_bytes;
     prefetch_block_ahead(block, row_bytes);
     block_scores<D>(block, row_bytes, t);
-    _tile_stored(6, hm, 64);
-    _tile_stored(7, lo, 64);
-    store_scores(hm, lo, G, scale, probs, N, j0, 16);
+    emit_scores(hm, lo, G, scale, probs, N, j0, 16);
   }
-  if (j0 < N) {  // the last keys, from a copy padded with zero rows (A reads 16)
+  if (j0 < N) {  // the last keys
     alignas(64) std::byte tail[16 * row_bytes];
     const std::size_t rows = N - j0;
-    std::memcpy(tail, keys + j0 * row_bytes, rows * row_bytes);
-    std::memset(tail + rows * row_bytes, 0, (16 - rows) * row_bytes);
-    block_scores<D>(tail, row_bytes, t);
-    _tile_stored(6, hm, 64);
-    _tile_stored(7, lo, 64);
-    store_scores(hm, lo, G, scale, probs, N, j0, static_cast<int>(rows));
+    block_scores<D>(padded_block<row_bytes>(keys + j0 * row_bytes, rows, tail), row_bytes, t);
+    emit_scores(hm, lo, G, scale, probs, N, j0, static_cast<int>(rows));
   }
   _tile_release();
 }
@@ -222,20 +233,13 @@ void rows_scores_amx(const float* q, std::size_t q_stride, int R, int G, const s
   for (std::size_t j0 = 0; j0 < n_last; j0 += 16) {
     const std::byte* block = keys + j0 * row_bytes;
     prefetch_block_ahead(block, row_bytes);
-    if (n_last - j0 < 16) {  // the last keys, from a copy padded with zero rows
-      const std::size_t rows = n_last - j0;
-      std::memcpy(tail, block, rows * row_bytes);
-      std::memset(tail + rows * row_bytes, 0, (16 - rows) * row_bytes);
-      block = tail;
-    }
+    if (n_last - j0 < 16) block = padded_block<row_bytes>(block, n_last - j0, tail);
     for (int i = 0; i < R; ++i) {
       const auto n = static_cast<std::size_t>(n0 + i);
       if (n <= j0) continue;
       block_scores<D, true>(block, row_bytes, tiles[static_cast<std::size_t>(i)]);
-      _tile_stored(6, hm, 64);
-      _tile_stored(7, lo, 64);
-      store_scores(hm, lo, G, scale, probs + static_cast<std::size_t>(i) * pstride, n, j0,
-                   static_cast<int>(n - j0 < 16 ? n - j0 : 16));
+      emit_scores(hm, lo, G, scale, probs + static_cast<std::size_t>(i) * pstride, n, j0,
+                  static_cast<int>(n - j0 < 16 ? n - j0 : 16));
     }
   }
   _tile_release();
