@@ -17,8 +17,9 @@
 # ratios), each figure also as a fraction of the machine's limit that rkv measures in the same
 # run (streaming-read bandwidth for decode, the matrix-product peak for prompt processing; a
 # llama.cpp figure's fraction is rkv's scaled by the two engines' speeds, the work per token
-# being the same), and the CPU model, its ISA, both commits and the date. Below it, for each
-# compressed deep test, a line with its ratio to rkv's depth-0 speed and each round's two figures.
+# being the same), and the CPU model, its ISA, both commits (as each binary reports its own) and
+# the date. Below it, for each compressed deep test, a line with its ratio to rkv's depth-0 speed
+# and each round's two figures.
 #
 # llama.cpp is not part of rkv: fetch and build it yourself, e.g. (docs/PERFORMANCE.md says which
 # build each table used; on a CPU with AMX, build without AMX, whose kernels die with SIGILL on
@@ -138,7 +139,9 @@ model=$(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')
 isa=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
   grep -xE 'avx2|avx512f|avx512_bf16|avx512_vnni|avx512_fp16|amx_bf16|amx_int8|amx_tile' |
   tr '\n' ' ' | sed 's/ $//')
-rkv_commit=$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)
+# rkv's commit: the one its binary reports (bench-decode's build_commit, below); a binary from
+# before it reported one gets this checkout's, marked so.
+rkv_commit="$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown) (the checkout's)"
 python3 - "$out" "$rounds" "$n_prompt" "$n_gen" "$budget" "$cpu" "$isa" "$rkv_commit" \
   "${LLAMA_COMMIT:-}" "$threads" "$started" "${names[@]}" <<'EOF'
 import json, statistics, sys
@@ -184,6 +187,7 @@ for name in names:
         ll.append({**pp, **tg})
         rows, data = rkv_rows(f"{out}/{name}.rkv.{r}.json")
         limits = limits or data.get("machine_limits")
+        rkv_commit = data.get("build_commit", rkv_commit)
         rk.append(rows)
         for extra, runs in (("budget", bd), ("rounded", rd)):
             try:

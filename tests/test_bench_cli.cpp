@@ -106,6 +106,43 @@ TEST(BenchDecodeCli, PromptAloneAndPlainCountErrors) {
   fs::remove_all(dir);
 }
 
+// `rkv --version` and bench-decode's JSON name the commit rkv was built from: the same string in
+// both, and a commit of the sources' git history (with "-dirty" when tracked files differed from
+// it), or "unknown" where the sources are not a git checkout.
+TEST(RkvCli, VersionAndBenchJsonNameTheCommitItWasBuiltFrom) {
+  std::string out;
+  ASSERT_EQ(test::run_command(test::rkv_binary() + " --version 2>&1", out), 0) << out;
+  const std::size_t open = out.find("rkv 0.1.0 ("), close = out.find(')');
+  ASSERT_TRUE(open == 0 && close != std::string::npos) << out;
+  const std::string commit = out.substr(11, close - 11);
+  const std::string source = RKV_SOURCE_DIR;
+  std::string git_out;
+  const bool checkout =
+      test::run_command("git -C " + source + " rev-parse --git-dir 2>&1", git_out) == 0;
+  if (!checkout) {
+    EXPECT_EQ(commit, "unknown");
+  } else {
+    const std::string hash = commit.substr(0, commit.find("-dirty"));
+    EXPECT_TRUE(hash.size() >= 7 && (hash == commit || commit == hash + "-dirty")) << commit;
+    EXPECT_EQ(
+        test::run_command("git -C " + source + " cat-file -e " + hash + "^{commit} 2>&1", git_out),
+        0)
+        << commit << " is not a commit of " << source << ": " << git_out;
+  }
+  const test::TempDir dir("bench-decode-commit");
+  RandomCheckpointOptions options;
+  options.shape = "tiny";
+  write_random_checkpoint(dir.path() / "model", options);
+  const std::string json = (dir.path() / "r.json").string();
+  ASSERT_EQ(
+      test::run_command(test::rkv_binary() + " bench-decode -m " + (dir.path() / "model").string() +
+                            " -t 1 --no-limits -p 8 -n 0 --json " + json + " 2>&1",
+                        out),
+      0)
+      << out;
+  EXPECT_EQ(test::read_json(json)["build_commit"], commit);
+}
+
 // --fill stream compresses where decoding's every-buffer trigger would, prefill once at the end;
 // hand-worked on the tiny shape's 4 layers, R-KV budget 32, buffer 16, 4 decoded tokens:
 //  * depth 100, prefill: one compression of each layer (100 -> 32 entries), then 4 entries: 36;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "build_info.h"
 #include "command.h"
 #include "common.h"
 #include "core/error.h"
@@ -408,6 +409,7 @@ void run(const Args& a) {
     nlohmann::json out = {{"model", a.model},
                           {"threads", a.threads},
                           {"kernels", kernels::kernels_name()},
+                          {"build_commit", build_commit()},
                           {"matmul_precision", a.matmul_precision},
                           {"attention_precision", a.attention_precision},
                           {"kv_memory_bytes", cap},

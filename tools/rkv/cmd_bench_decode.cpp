@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "build_info.h"
 #include "command.h"
 #include "common.h"
 #include "core/error.h"
@@ -295,6 +296,7 @@ void setup(CLI::App& app) {
                             {"head_params", matmuls.head_params},
                             {"threads", args->threads},
                             {"kernels", kernels::kernels_name()},
+                            {"build_commit", build_commit()},
                             {"device", std::string(device_name(model->device()))},
                             {"matmul_precision", args->matmul_precision},
                             {"attention_precision", args->attention_precision},

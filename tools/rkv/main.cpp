@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string>
 
+#include "build_info.h"
 #include "command.h"
 #include "core/error.h"
 
@@ -17,7 +19,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "rkv: an inference engine for reasoning models with a fixed-size, compressed KV cache"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "rkv 0.1.0");
+  app.set_version_flag("--version", std::string("rkv 0.1.0 (") + rkv::cli::build_commit() + ")");
   auto& commands = rkv::cli::registered_commands();
   std::sort(commands.begin(), commands.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });
