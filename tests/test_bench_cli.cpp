@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <tuple>
 
 #include "core/svg_plot.h"
@@ -112,9 +113,10 @@ TEST(BenchDecodeCli, PromptAloneAndPlainCountErrors) {
 TEST(RkvCli, VersionAndBenchJsonNameTheCommitItWasBuiltFrom) {
   std::string out;
   ASSERT_EQ(test::run_command(test::rkv_binary() + " --version 2>&1", out), 0) << out;
-  const std::size_t open = out.find("rkv 0.1.0 ("), close = out.find(')');
-  ASSERT_TRUE(open == 0 && close != std::string::npos) << out;
-  const std::string commit = out.substr(11, close - 11);
+  const std::string prefix = "rkv 0.1.0 (";
+  const std::size_t close = out.find(')');
+  ASSERT_TRUE(out.rfind(prefix, 0) == 0 && close != std::string::npos) << out;
+  const std::string commit = out.substr(prefix.size(), close - prefix.size());
   const std::string source = RKV_SOURCE_DIR;
   std::string git_out;
   const bool checkout =
@@ -122,8 +124,9 @@ TEST(RkvCli, VersionAndBenchJsonNameTheCommitItWasBuiltFrom) {
   if (!checkout) {
     EXPECT_EQ(commit, "unknown");
   } else {
-    const std::string hash = commit.substr(0, commit.find("-dirty"));
-    EXPECT_TRUE(hash.size() >= 7 && (hash == commit || commit == hash + "-dirty")) << commit;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(commit, m, std::regex("([0-9a-f]{7,})(-dirty)?"))) << commit;
+    const std::string hash = m[1];
     EXPECT_EQ(
         test::run_command("git -C " + source + " cat-file -e " + hash + "^{commit} 2>&1", git_out),
         0)
