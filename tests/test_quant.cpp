@@ -696,6 +696,67 @@ TEST(QuantizedMatmulDispatch, ManyEqualsEachAlone) {
     }
 }
 
+// matmul_jobs (each product of its own input, as a mixture of experts' chosen experts) gives each
+// job bit for bit what matmul gives it alone: jobs on one shared input (x quantized once) and on
+// inputs of their own, of different K and kinds of activation blocks in one list (Q4_K and Q6_K
+// on Q8_K super-blocks beside Q8_0 and MXFP4 on blocks of 32), for decode's T = 1 and a few rows
+// (on an AMX machine T = 33 runs on the tiles, each job alone); and a list with a bf16 job (not
+// quantized: each run of jobs on one input through matmul_many).
+TEST(QuantizedMatmulDispatch, JobsEqualEachAlone) {
+  std::mt19937 rng(6);
+  ThreadPool one(1), two(2);
+  struct Spec {
+    DType t;
+    std::size_t N, K;
+    int input;  // jobs with the same input index read the same x
+  };
+  const std::vector<std::vector<Spec>> lists = {
+      {{DType::Q4_K, 96, 512, 0},
+       {DType::Q4_K, 96, 512, 0},
+       {DType::Q6_K, 40, 256, 1},
+       {DType::Q4_K, 64, 512, 2},
+       {DType::Q4_K, 64, 512, 2},
+       {DType::Q6_K, 300, 256, 3}},
+      {{DType::Q8_0, 130, 256, 0},
+       {DType::MXFP4, 48, 256, 0},
+       {DType::Q4_K, 33, 256, 0},
+       {DType::Q8_0, 17, 512, 1}},
+      {{DType::Q4_K, 64, 256, 0}, {DType::BF16, 80, 256, 0}, {DType::Q8_0, 32, 256, 1}},
+  };
+  for (const auto& list : lists)
+    for (const std::size_t T : {1u, 3u, 33u}) {
+      std::vector<std::vector<std::uint8_t>> ws;
+      std::vector<std::vector<float>> xs, want, got;
+      std::vector<kernels::MatmulJob> jobs;
+      for (const Spec& s : list) {
+        if (s.t == DType::BF16) {  // finite weights, not random bytes
+          const auto v = random_x(s.N * s.K, rng);
+          ws.emplace_back(v.size() * 2);
+          for (std::size_t k = 0; k < v.size(); ++k) {
+            const std::uint16_t b = f32_to_bf16(0.05f * v[k]);
+            std::memcpy(ws.back().data() + 2 * k, &b, 2);
+          }
+        } else {
+          ws.push_back(random_rows(s.t, s.N, s.K, rng));
+        }
+        if (static_cast<std::size_t>(s.input) == xs.size()) xs.push_back(random_x(T * s.K, rng));
+        want.emplace_back(T * s.N, 0.0f);
+        got.emplace_back(T * s.N, std::numeric_limits<float>::quiet_NaN());
+      }
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        const Spec& s = list[i];
+        const WeightView view{ws[i].data(), s.t, s.N, s.K};
+        const float* x = xs[static_cast<std::size_t>(s.input)].data();
+        kernels::matmul(x, T, view, want[i].data(), one);
+        jobs.push_back({x, T, view, got[i].data()});
+      }
+      kernels::matmul_jobs(jobs, two);
+      for (std::size_t i = 0; i < list.size(); ++i)
+        EXPECT_EQ(want[i], got[i]) << "job " << i << " (" << dtype_name(list[i].t) << ") of list "
+                                   << (&list - lists.data()) << ", T=" << T;
+    }
+}
+
 // ---- MXFP4 in llama.cpp's arithmetic ------------------------------------------------------------
 
 // ggml_vec_dot_mxfp4_q8_0 on one weight row and one row of 8-bit activations (q, d per block),

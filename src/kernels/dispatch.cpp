@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <span>
 #include <string>
 #include <string_view>
@@ -354,12 +355,16 @@ void bf16_tasks(std::span<const MatmulProduct> products, std::size_t T, std::siz
   }
 }
 
+// Grow-only buffers of one quantized input, written whole by the quantizer.
+struct QuantBuffers {
+  Scratch q, d, sum, bsum, fsum;
+};
+
 // x's T rows quantized for w's kernels (8-bit blocks of 32, or Q8_K super-blocks for the
-// k-quants off the tiles), in the calling thread's buffers: valid until its next call. Rows are
-// quantized independently: prefill shares them out (a fifth of a Q4_K GEMM's time on one thread
-// when the tiles run it).
-quant::ActivationBlocks quantize_for(const float* x, std::size_t T, const WeightView& w,
-                                     bool on_tiles, ThreadPool& pool) {
+// k-quants off the tiles) into b: valid until b's next use. Rows are quantized independently:
+// prefill shares them out (a fifth of a Q4_K GEMM's time on one thread when the tiles run it).
+quant::ActivationBlocks quantize_into(const float* x, std::size_t T, const WeightView& w,
+                                      bool on_tiles, ThreadPool& pool, QuantBuffers& b) {
   static const QuantizeActivationsFn quantize_fn = quantize_activations_for(active_isa());
   static const QuantizeActivationsKFn quantize_k_fn = quantize_activations_k_for(active_isa());
   const bool superblocks = quant::uses_superblock_activations(w.dtype) && !on_tiles;
@@ -367,13 +372,11 @@ quant::ActivationBlocks quantize_for(const float* x, std::size_t T, const Weight
   // Per row: the scales and sums of blocks of 32, or of super-blocks (K / 256 scales, K / 16
   // sums).
   const std::size_t nd = superblocks ? K / 256 : nb, ns = superblocks ? K / 16 : nb;
-  // Grow-only, written whole by the quantizer.
-  thread_local Scratch q, d, sum, bsum, fsum;
-  std::int8_t* const qp = scratch_array<std::int8_t>(q, T * K);
-  float* const dp = scratch_array<float>(d, T * nd);
-  std::int32_t* const sp = superblocks ? nullptr : scratch_array<std::int32_t>(sum, T * ns);
-  std::int16_t* const bp = superblocks ? scratch_array<std::int16_t>(bsum, T * ns) : nullptr;
-  float* const fp = superblocks ? scratch_array<float>(fsum, T * ns) : nullptr;
+  std::int8_t* const qp = scratch_array<std::int8_t>(b.q, T * K);
+  float* const dp = scratch_array<float>(b.d, T * nd);
+  std::int32_t* const sp = superblocks ? nullptr : scratch_array<std::int32_t>(b.sum, T * ns);
+  std::int16_t* const bp = superblocks ? scratch_array<std::int16_t>(b.bsum, T * ns) : nullptr;
+  float* const fp = superblocks ? scratch_array<float>(b.fsum, T * ns) : nullptr;
   auto quantize = [&](std::size_t t0, std::size_t t1) {
     if (superblocks)
       quantize_k_fn(x + t0 * K, t1 - t0, K, qp + t0 * K, dp + t0 * nd, bp + t0 * ns, fp + t0 * ns);
@@ -386,6 +389,13 @@ quant::ActivationBlocks quantize_for(const float* x, std::size_t T, const Weight
     quantize(0, T);
   return superblocks ? quant::ActivationBlocks{nullptr, nullptr, nullptr, qp, dp, bp, fp}
                      : quant::ActivationBlocks{qp, dp, sp};
+}
+
+// quantize_into the calling thread's buffers: valid until its next call.
+quant::ActivationBlocks quantize_for(const float* x, std::size_t T, const WeightView& w,
+                                     bool on_tiles, ThreadPool& pool) {
+  thread_local QuantBuffers b;
+  return quantize_into(x, T, w, on_tiles, pool, b);
 }
 
 // Rows of one product for one task of a GEMV region.
@@ -439,6 +449,55 @@ void quantized_region(const quant::ActivationBlocks& xq, std::size_t T,
   pool.parallel_for(chunks.size(), [&](std::size_t i) {
     const RowChunk& c = list[i];
     qrows_fn(xq, T, c.p->w, c.n0, c.n1, c.p->y, c.p->w.rows);
+  });
+}
+
+// Jobs whose products can share one parallel region: quantized weights, none on the AMX tiles
+// (whose kernels lay the activations out per call).
+bool share_quantized_jobs(std::span<const MatmulJob> jobs) {
+  if (jobs.size() < 2) return false;
+  for (const MatmulJob& j : jobs)
+    if (!dtype_is_quantized(j.w.dtype) || (amx_int8_enabled() && quantized_on_tiles(j.w, j.T)))
+      return false;
+  return true;
+}
+
+// The jobs' products in one region: each distinct input (the same x, rows, columns and kind of
+// activation blocks as an earlier job's) quantized once, their rows one list of chunks.
+void quantized_jobs(std::span<const MatmulJob> jobs, ThreadPool& pool) {
+  static const QuantizedRowsFn qrows_fn = quantized_rows_for(active_isa());
+  // Grow-only; a deque, so that buffers in use stay where they are when more are added.
+  thread_local std::deque<QuantBuffers> buffers;
+  thread_local std::vector<quant::ActivationBlocks> xq;
+  thread_local std::vector<MatmulProduct> products;
+  xq.clear();
+  products.clear();
+  std::size_t used = 0;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const MatmulJob& j = jobs[i];
+    const bool sb = quant::uses_superblock_activations(j.w.dtype);
+    std::size_t same = 0;
+    while (same < i &&
+           !(jobs[same].x == j.x && jobs[same].T == j.T && jobs[same].w.cols == j.w.cols &&
+             quant::uses_superblock_activations(jobs[same].w.dtype) == sb))
+      ++same;
+    if (same < i) {
+      xq.push_back(xq[same]);
+    } else {
+      if (used == buffers.size()) buffers.emplace_back();
+      xq.push_back(quantize_into(j.x, j.T, j.w, false, pool, buffers[used++]));
+    }
+    products.push_back({j.w, j.y});
+  }
+  thread_local std::vector<RowChunk> chunks;  // the calling thread's list, for every thread
+  guided_chunks(products, static_cast<std::size_t>(pool.size()), chunks);
+  const RowChunk* const list = chunks.data();
+  const MatmulProduct* const first = products.data();
+  const quant::ActivationBlocks* const blocks = xq.data();
+  pool.parallel_for(chunks.size(), [&](std::size_t i) {
+    const RowChunk& c = list[i];
+    const std::size_t job = static_cast<std::size_t>(c.p - first);
+    qrows_fn(blocks[job], jobs[job].T, c.p->w, c.n0, c.n1, c.p->y, c.p->w.rows);
   });
 }
 
@@ -547,6 +606,23 @@ void matmul(const float* x, std::size_t T, const WeightView& w, float* y, Thread
   // Split the output rows: every thread streams its own slice of the weights once.
   pool.parallel_ranges(
       N, 16, [&](std::size_t n0, std::size_t n1) { rows_fn(x, T, w, n0, n1, y, N); }, 4);
+}
+
+void matmul_jobs(std::span<const MatmulJob> jobs, ThreadPool& pool) {
+  if (share_quantized_jobs(jobs)) {
+    quantized_jobs(jobs, pool);
+    return;
+  }
+  // Runs of jobs on one input through matmul_many (which shares what it can among them).
+  std::vector<MatmulProduct> run;
+  for (std::size_t i = 0; i < jobs.size();) {
+    std::size_t end = i + 1;
+    while (end < jobs.size() && jobs[end].x == jobs[i].x && jobs[end].T == jobs[i].T) ++end;
+    run.clear();
+    for (std::size_t k = i; k < end; ++k) run.push_back({jobs[k].w, jobs[k].y});
+    matmul_many(jobs[i].x, jobs[i].T, run, pool);
+    i = end;
+  }
 }
 
 }  // namespace rkv::kernels

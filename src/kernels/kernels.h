@@ -69,6 +69,20 @@ struct MatmulProduct {
 void matmul_many(const float* x, std::size_t T, std::span<const MatmulProduct> products,
                  ThreadPool& pool);
 
+// Products each of its own input: y_j = x_j w_j^T over x_j's T_j rows (a mixture of experts'
+// chosen experts). Where every weight is quantized and none runs on the AMX tiles, each distinct
+// input (the same x, T and columns as an earlier job's, for the same kind of activation blocks) is
+// quantized once and all the jobs' rows are shared out as one list, in one parallel region
+// instead of one a product. Elsewhere, matmul_many for each run of jobs on one input. Every
+// output is the same, bit for bit, as matmul's.
+struct MatmulJob {
+  const float* x = nullptr;  // [T][w.cols]
+  std::size_t T = 0;
+  WeightView w;
+  float* y = nullptr;  // [T][w.rows]
+};
+void matmul_jobs(std::span<const MatmulJob> jobs, ThreadPool& pool);
+
 // One instruction set's implementation of matmul for the output rows [n0, n1): the unit that
 // dispatch splits across threads. ldy is y's row stride.
 using MatmulRowsFn = void (*)(const float* x, std::size_t T, const WeightView& w, std::size_t n0,

@@ -677,50 +677,100 @@ void CpuOps::moe(int layer, Act in, Act residual) {
     for (int k = 0; k < K; ++k) wt[k] /= sum;
   }
   s_.moe_out.assign(T_ * H, 0.0f);
-  std::vector<std::size_t> picked;
-  std::vector<float> weight;
-  for (int e = 0; e < E; ++e) {
-    picked.clear();
-    weight.clear();
+  // Each expert's rows (those that chose it, in order) and their weights, experts in id order.
+  std::vector<std::size_t> first(static_cast<std::size_t>(E) + 1, 0);
+  for (const int e : s_.expert_ids) ++first[static_cast<std::size_t>(e) + 1];
+  for (std::size_t e = 0; e < static_cast<std::size_t>(E); ++e) first[e + 1] += first[e];
+  std::vector<std::size_t> picked(s_.expert_ids.size());
+  std::vector<float> weight(s_.expert_ids.size());
+  {
+    std::vector<std::size_t> next(first.begin(), first.end() - 1);
     for (std::size_t r = 0; r < T_; ++r)
-      for (int k = 0; k < K; ++k)
-        if (s_.expert_ids[r * static_cast<std::size_t>(K) + static_cast<std::size_t>(k)] == e) {
-          picked.push_back(r);
-          weight.push_back(
-              s_.expert_weights[r * static_cast<std::size_t>(K) + static_cast<std::size_t>(k)]);
-        }
-    if (picked.empty()) continue;
-    const std::size_t n = picked.size();
-    s_.expert_in.resize(n * H);
-    for (std::size_t i = 0; i < n; ++i)
-      std::copy(x + picked[i] * H, x + (picked[i] + 1) * H,
-                s_.expert_in.begin() + static_cast<std::ptrdiff_t>(i * H));
-    s_.expert_gate.resize(n * Ff);
-    s_.expert_up.resize(n * Ff);
-    s_.expert_out.resize(n * H);
-    const kernels::MatmulProduct gu[] = {{expert_matrix(w.gate, E, e), s_.expert_gate.data()},
-                                         {expert_matrix(w.up, E, e), s_.expert_up.data()}};
-    kernels::matmul_many(s_.expert_in.data(), n, gu, pool_);
-    if (oai) {
-      const float* bg = w.gate_bias.data() + static_cast<std::size_t>(e) * Ff;
-      const float* bu = w.up_bias.data() + static_cast<std::size_t>(e) * Ff;
-      for (std::size_t i = 0; i < n; ++i)
-        for (std::size_t j = 0; j < Ff; ++j) {
-          const float g = std::min(s_.expert_gate[i * Ff + j] + bg[j], 7.0f);
-          const float u = std::clamp(s_.expert_up[i * Ff + j] + bu[j], -7.0f, 7.0f);
-          s_.expert_gate[i * Ff + j] = g / (1.0f + std::exp(-1.702f * g)) * (u + 1.0f);
-        }
-    } else {
-      kernels::silu_mul(s_.expert_gate.data(), s_.expert_up.data(), n * Ff);
+      for (std::size_t k = 0; k < static_cast<std::size_t>(K); ++k) {
+        const std::size_t i = r * static_cast<std::size_t>(K) + k;
+        const std::size_t at = next[static_cast<std::size_t>(s_.expert_ids[i])]++;
+        picked[at] = r;
+        weight[at] = s_.expert_weights[i];
+      }
+  }
+  // Experts in batches of about kMoeBatchRows rows (at least one expert a batch): each batch's
+  // gate and up products are one call of matmul_jobs and its down products another, so that a
+  // decode step's 2 K products take 2 parallel regions instead of 2 K (and the buffers stay
+  // small in prefill). An expert every row chose (every expert of a one-row step) reads x in
+  // place, so that its products share x's quantization.
+  constexpr std::size_t kMoeBatchRows = 256;
+  std::vector<kernels::MatmulJob> jobs;
+  std::vector<int> batch;
+  for (int e0 = 0; e0 < E;) {
+    batch.clear();
+    std::size_t rows = 0;
+    int e = e0;
+    for (; e < E; ++e) {
+      const std::size_t n =
+          first[static_cast<std::size_t>(e) + 1] - first[static_cast<std::size_t>(e)];
+      if (n == 0) continue;
+      if (!batch.empty() && rows + n > kMoeBatchRows) break;
+      batch.push_back(e);
+      rows += n;
     }
-    kernels::matmul(s_.expert_gate.data(), n, expert_matrix(w.down, E, e), s_.expert_out.data(),
-                    pool_);
-    const float* bd =
-        w.down_bias.empty() ? nullptr : w.down_bias.data() + static_cast<std::size_t>(e) * H;
-    for (std::size_t i = 0; i < n; ++i) {
-      float* y = s_.moe_out.data() + picked[i] * H;
-      const float* o = s_.expert_out.data() + i * H;
-      for (std::size_t j = 0; j < H; ++j) y[j] += weight[i] * (bd ? o[j] + bd[j] : o[j]);
+    e0 = e;
+    if (batch.empty()) break;
+    s_.expert_in.resize(rows * H);
+    s_.expert_gate.resize(rows * Ff);
+    s_.expert_up.resize(rows * Ff);
+    s_.expert_out.resize(rows * H);
+    // Expert b's rows start at row offset[b] of the batch's buffers.
+    std::vector<std::size_t> offset(batch.size() + 1, 0);
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      const std::size_t f = first[static_cast<std::size_t>(batch[b])];
+      offset[b + 1] = offset[b] + first[static_cast<std::size_t>(batch[b]) + 1] - f;
+    }
+    jobs.clear();
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      const std::size_t f = first[static_cast<std::size_t>(batch[b])],
+                        n = offset[b + 1] - offset[b];
+      const float* rows_in = x;
+      if (n != T_) {
+        float* copy = s_.expert_in.data() + offset[b] * H;
+        for (std::size_t i = 0; i < n; ++i)
+          std::copy(x + picked[f + i] * H, x + (picked[f + i] + 1) * H, copy + i * H);
+        rows_in = copy;
+      }
+      jobs.push_back(
+          {rows_in, n, expert_matrix(w.gate, E, batch[b]), s_.expert_gate.data() + offset[b] * Ff});
+      jobs.push_back(
+          {rows_in, n, expert_matrix(w.up, E, batch[b]), s_.expert_up.data() + offset[b] * Ff});
+    }
+    kernels::matmul_jobs(jobs, pool_);
+    if (oai) {
+      for (std::size_t b = 0; b < batch.size(); ++b) {
+        const std::size_t eb = static_cast<std::size_t>(batch[b]);
+        const float* bg = w.gate_bias.data() + eb * Ff;
+        const float* bu = w.up_bias.data() + eb * Ff;
+        for (std::size_t i = offset[b]; i < offset[b + 1]; ++i)
+          for (std::size_t j = 0; j < Ff; ++j) {
+            const float g = std::min(s_.expert_gate[i * Ff + j] + bg[j], 7.0f);
+            const float u = std::clamp(s_.expert_up[i * Ff + j] + bu[j], -7.0f, 7.0f);
+            s_.expert_gate[i * Ff + j] = g / (1.0f + std::exp(-1.702f * g)) * (u + 1.0f);
+          }
+      }
+    } else {
+      kernels::silu_mul(s_.expert_gate.data(), s_.expert_up.data(), rows * Ff);
+    }
+    jobs.clear();
+    for (std::size_t b = 0; b < batch.size(); ++b)
+      jobs.push_back({s_.expert_gate.data() + offset[b] * Ff, offset[b + 1] - offset[b],
+                      expert_matrix(w.down, E, batch[b]), s_.expert_out.data() + offset[b] * H});
+    kernels::matmul_jobs(jobs, pool_);
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      const std::size_t eb = static_cast<std::size_t>(batch[b]), f = first[eb];
+      const float* bd = w.down_bias.empty() ? nullptr : w.down_bias.data() + eb * H;
+      for (std::size_t i = 0; i < offset[b + 1] - offset[b]; ++i) {
+        float* y = s_.moe_out.data() + picked[f + i] * H;
+        const float* o = s_.expert_out.data() + (offset[b] + i) * H;
+        const float wi = weight[f + i];
+        for (std::size_t j = 0; j < H; ++j) y[j] += wi * (bd ? o[j] + bd[j] : o[j]);
+      }
     }
   }
   if (mc.shared_ff > 0) {  // the shared expert, gated per row by sigmoid(shared_router . x)
