@@ -146,8 +146,8 @@ inline float hsum(__m512 a) {
   return _mm512_reduce_add_ps(a);
 }
 
-// The activation side of one block pair for TT rows: the bytes, the per-lane offset sums
-// (o * the sum of each group of four, exact in int32) and the activation scales per half.
+// The activation side of one block pair for TT rows: the bytes, the per-lane offset sums negated
+// (-(o * the sum of each group of four), exact in int32) and the activation scales per half.
 template <DType D, int TT>
 struct XPair {
   __m512i v[TT];
@@ -160,8 +160,10 @@ struct XPair {
       const std::size_t row = t0 + static_cast<std::size_t>(t);
       v[t] = load_x(x.q + row * K + b * 32, two);
       if constexpr (kOffset<D> != 0)
-        off[t] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                     _mm512_set1_epi8(static_cast<char>(kOffset<D>)), v[t]);
+        off[t] = _mm512_sub_epi32(
+            _mm512_setzero_si512(),
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                _mm512_set1_epi8(static_cast<char>(kOffset<D>)), v[t]));
       const float* d = x.d + row * nb + b;
       dx[t] = halves(d[0], two ? d[1] : 0.0f);
     }
@@ -173,8 +175,9 @@ template <DType D, int TT>
 inline void accumulate(__m512i u, __m512 wf, const XPair<D, TT>& xp, __m512 (&acc)[TT]) {
 #pragma GCC unroll 4
   for (int t = 0; t < TT; ++t) {
-    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, xp.v[t]);
-    if constexpr (kOffset<D> != 0) p = _mm512_sub_epi32(p, xp.off[t]);
+    // Started from minus the offset sums: no subtraction after the products.
+    const __m512i p = _mm512_dpbusd_epi32(kOffset<D> != 0 ? xp.off[t] : _mm512_setzero_si512(), u,
+                                          xp.v[t]);
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(wf, xp.dx[t]), acc[t]);
   }
 }
