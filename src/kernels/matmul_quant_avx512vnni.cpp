@@ -176,8 +176,8 @@ inline void accumulate(__m512i u, __m512 wf, const XPair<D, TT>& xp, __m512 (&ac
 #pragma GCC unroll 4
   for (int t = 0; t < TT; ++t) {
     // Started from minus the offset sums: no subtraction after the products.
-    const __m512i p = _mm512_dpbusd_epi32(kOffset<D> != 0 ? xp.off[t] : _mm512_setzero_si512(), u,
-                                          xp.v[t]);
+    const __m512i p =
+        _mm512_dpbusd_epi32(kOffset<D> != 0 ? xp.off[t] : _mm512_setzero_si512(), u, xp.v[t]);
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(wf, xp.dx[t]), acc[t]);
   }
 }
@@ -211,6 +211,102 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
   for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]);
+}
+
+// ---- Q8_0 / Q4_0 / Q5_0 / MXFP4 prefill: each tile of weight rows decoded once ---------------
+//
+// tile() decodes its R weight rows' block pairs again for every TT activation rows it meets. From
+// kDecodedMinT activation rows, a tile of kQuantTileRows weight rows is decoded once per chunk of
+// kQuantTChunk activation rows into a small buffer (each block pair's bytes and per-lane scales),
+// which every tile of that chunk then reads: the same bytes and scales into the same accumulate,
+// in the same order, so the same bits as tile().
+constexpr std::size_t kDecodedMinT = 4;
+
+struct DecodedPair {
+  __m512i u;
+  __m512 wf;
+};
+
+// R weight rows at w (stride rb), block pairs p = 0 .. np - 1, into out[p * R + r]; each line read
+// is matched by a prefetch of the line pf bytes on (the next tile's rows).
+template <DType D, int R>
+void decode_tile(const std::uint8_t* w, std::size_t rb, std::size_t nb, std::size_t pf,
+                 DecodedPair* out) {
+  for (std::size_t b = 0; b < nb; b += 2) {
+    const bool two = b + 1 < nb;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      prefetch_ahead(w + r * rb + b * dtype_size(D), pf);
+      float f0, f1;
+      DecodedPair& d = out[b / 2 * R + static_cast<std::size_t>(r)];
+      d.u = decode_pair<D>(w + r * rb, b, two, f0, f1);
+      d.wf = halves(f0, f1);
+    }
+  }
+}
+
+// tile() on weight rows decoded by decode_tile.
+template <DType D, int R, int TT>
+void tile_decoded(const DecodedPair* dw, const quant::ActivationBlocks& x, std::size_t K,
+                  std::size_t t0, float* y, std::size_t ldy) {
+  const std::size_t nb = K / 32;
+  __m512 acc[R][TT];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps();
+  for (std::size_t b = 0; b < nb; b += 2) {
+    XPair<D, TT> xp;
+    xp.load(x, K, nb, t0, b, b + 1 < nb);
+    const DecodedPair* d = dw + b / 2 * R;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) accumulate<D, TT>(d[r].u, d[r].wf, xp, acc[r]);
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]);
+}
+
+thread_local Scratch tls_decoded;
+
+// quant_rows_of's loops for the blocks-of-32 types, each tile of weight rows decoded once a chunk.
+template <DType D>
+void decoded_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w,
+                  std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
+  constexpr int kR = kQuantTileRows;
+  const std::size_t K = w.cols, nb = K / 32, np = (nb + 1) / 2;
+  const std::size_t rb = dtype_row_bytes(D, K);
+  const auto* base = static_cast<const std::uint8_t*>(w.data);
+  auto* dw = scratch_array<DecodedPair>(tls_decoded, np * kR);
+  for (std::size_t tc = 0; tc < T; tc += kQuantTChunk) {
+    const std::size_t tn = tc + kQuantTChunk < T ? tc + kQuantTChunk : T;
+    std::size_t n = n0;
+    for (; n + kR <= n1; n += kR) {
+      decode_tile<D, kR>(base + n * rb, rb, nb, kPrefetchRows * rb, dw);
+      std::size_t t = tc;
+      for (; t + 4 <= tn; t += 4) tile_decoded<D, kR, 4>(dw, x, K, t, y + t * ldy + n, ldy);
+      switch (tn - t) {
+        case 3:
+          tile_decoded<D, kR, 3>(dw, x, K, t, y + t * ldy + n, ldy);
+          break;
+        case 2:
+          tile_decoded<D, kR, 2>(dw, x, K, t, y + t * ldy + n, ldy);
+          break;
+        case 1:
+          tile_decoded<D, kR, 1>(dw, x, K, t, y + t * ldy + n, ldy);
+          break;
+        default:
+          break;
+      }
+    }
+    for (; n < n1; ++n) {
+      const std::uint8_t* row = base + n * rb;
+      std::size_t t = tc;
+      for (; t + 4 <= tn; t += 4) tile<D, 1, 4>(row, rb, x, K, t, y + t * ldy + n, ldy);
+      for (; t < tn; ++t) tile<D, 1, 1>(row, rb, x, K, t, y + t * ldy + n, ldy);
+    }
+  }
 }
 
 // Q8_0 / Q4_0 / Q5_0 / MXFP4 decode (one activation row): rows [n0, n1) of w, one at a time (a
@@ -573,7 +669,8 @@ void panel_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightVie
   }
 }
 
-// The VNNI kernels: Q4_K / Q6_K from kPanelMinT rows on panels, everything else on the tiles.
+// The VNNI kernels: Q4_K / Q6_K from kPanelMinT rows on panels, the blocks-of-32 types from
+// kDecodedMinT rows on tiles of decoded weight rows, everything else on the tiles.
 void quantized_rows_vnni(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w,
                          std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
   if (T == 1 && n0 < n1) {
@@ -586,6 +683,20 @@ void quantized_rows_vnni(const quant::ActivationBlocks& x, std::size_t T, const 
         return decode_rows<DType::Q5_0>(x, w, n0, n1, y, tls_decode);
       case DType::MXFP4:
         return decode_rows<DType::MXFP4>(x, w, n0, n1, y, tls_decode);
+      default:
+        break;
+    }
+  }
+  if (n0 < n1 && T >= kDecodedMinT) {
+    switch (w.dtype) {
+      case DType::Q8_0:
+        return decoded_rows<DType::Q8_0>(x, T, w, n0, n1, y, ldy);
+      case DType::Q4_0:
+        return decoded_rows<DType::Q4_0>(x, T, w, n0, n1, y, ldy);
+      case DType::Q5_0:
+        return decoded_rows<DType::Q5_0>(x, T, w, n0, n1, y, ldy);
+      case DType::MXFP4:
+        return decoded_rows<DType::MXFP4>(x, T, w, n0, n1, y, ldy);
       default:
         break;
     }
