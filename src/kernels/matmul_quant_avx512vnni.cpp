@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -213,14 +214,17 @@ void tile(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& 
     for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]);
 }
 
-// ---- Q8_0 / Q4_0 / Q5_0 / MXFP4 prefill: each tile of weight rows decoded once ---------------
+// ---- Q8_0 / Q4_0 / Q5_0 / MXFP4 prefill: both sides laid out once ---------------------------
 //
-// tile() decodes its R weight rows' block pairs again for every TT activation rows it meets. From
-// kDecodedMinT activation rows, a tile of kQuantTileRows weight rows is decoded once per chunk of
-// kQuantTChunk activation rows into a small buffer (each block pair's bytes and per-lane scales),
-// which every tile of that chunk then reads: the same bytes and scales into the same accumulate,
-// in the same order, so the same bits as tile().
+// tile() decodes its R weight rows' block pairs again for every TT activation rows it meets, and
+// makes each activation row's side of a block pair (XPair) again for every R weight rows. From
+// kDecodedMinT activation rows, both are laid out once instead: per chunk of activation rows, each
+// row's XPair for every block pair (at most kXPairBytes a chunk, so that they stay in L2; at most
+// kQuantTChunk rows), and per tile of kQuantTileRows weight rows, their decoded block pairs (bytes
+// and per-lane scales), which every tile of the chunk's activation rows then reads. The same values
+// go into the same accumulate in the same order: the same bits as tile().
 constexpr std::size_t kDecodedMinT = 4;
+constexpr std::size_t kXPairBytes = std::size_t{512} << 10;
 
 struct DecodedPair {
   __m512i u;
@@ -245,20 +249,26 @@ void decode_tile(const std::uint8_t* w, std::size_t rb, std::size_t nb, std::siz
   }
 }
 
-// tile() on weight rows decoded by decode_tile.
+// tile() on weight rows laid out by decode_tile and TT activation rows' XPairs at xs (row stride
+// np pairs).
 template <DType D, int R, int TT>
-void tile_decoded(const DecodedPair* dw, const quant::ActivationBlocks& x, std::size_t K,
-                  std::size_t t0, float* y, std::size_t ldy) {
-  const std::size_t nb = K / 32;
+void tile_decoded(const DecodedPair* dw, const XPair<D, 1>* xs, std::size_t np, float* y,
+                  std::size_t ldy) {
   __m512 acc[R][TT];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps();
-  for (std::size_t b = 0; b < nb; b += 2) {
+  for (std::size_t p = 0; p < np; ++p) {
     XPair<D, TT> xp;
-    xp.load(x, K, nb, t0, b, b + 1 < nb);
-    const DecodedPair* d = dw + b / 2 * R;
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; ++t) {
+      const XPair<D, 1>& q = xs[static_cast<std::size_t>(t) * np + p];
+      xp.v[t] = q.v[0];
+      xp.off[t] = q.off[0];
+      xp.dx[t] = q.dx[0];
+    }
+    const DecodedPair* d = dw + p * R;
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) accumulate<D, TT>(d[r].u, d[r].wf, xp, acc[r]);
   }
@@ -268,9 +278,31 @@ void tile_decoded(const DecodedPair* dw, const quant::ActivationBlocks& x, std::
     for (int r = 0; r < R; ++r) y[t * ldy + r] = hsum(acc[r][t]);
 }
 
-thread_local Scratch tls_decoded;
+// Activation rows [0, n) of one chunk (XPairs at xs) against the R decoded weight rows dw: tiles
+// of 4 rows, then the 1-3 left.
+template <DType D, int R>
+void chunk_tiles(const DecodedPair* dw, const XPair<D, 1>* xs, std::size_t np, std::size_t n,
+                 float* y, std::size_t ldy) {
+  std::size_t t = 0;
+  for (; t + 4 <= n; t += 4) tile_decoded<D, R, 4>(dw, xs + t * np, np, y + t * ldy, ldy);
+  switch (n - t) {
+    case 3:
+      tile_decoded<D, R, 3>(dw, xs + t * np, np, y + t * ldy, ldy);
+      break;
+    case 2:
+      tile_decoded<D, R, 2>(dw, xs + t * np, np, y + t * ldy, ldy);
+      break;
+    case 1:
+      tile_decoded<D, R, 1>(dw, xs + t * np, np, y + t * ldy, ldy);
+      break;
+    default:
+      break;
+  }
+}
 
-// quant_rows_of's loops for the blocks-of-32 types, each tile of weight rows decoded once a chunk.
+thread_local Scratch tls_decoded, tls_xpairs;
+
+// quant_rows_of's loops for the blocks-of-32 types, on both sides laid out once (above).
 template <DType D>
 void decoded_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightView& w,
                   std::size_t n0, std::size_t n1, float* y, std::size_t ldy) {
@@ -278,33 +310,24 @@ void decoded_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightV
   const std::size_t K = w.cols, nb = K / 32, np = (nb + 1) / 2;
   const std::size_t rb = dtype_row_bytes(D, K);
   const auto* base = static_cast<const std::uint8_t*>(w.data);
+  // Activation rows a chunk: a multiple of 4, from 4 to kQuantTChunk.
+  std::size_t chunk = kXPairBytes / (np * sizeof(XPair<D, 1>)) / 4 * 4;
+  chunk = chunk < 4 ? 4 : chunk > kQuantTChunk ? kQuantTChunk : chunk;
   auto* dw = scratch_array<DecodedPair>(tls_decoded, np * kR);
-  for (std::size_t tc = 0; tc < T; tc += kQuantTChunk) {
-    const std::size_t tn = tc + kQuantTChunk < T ? tc + kQuantTChunk : T;
+  auto* xs = scratch_array<XPair<D, 1>>(tls_xpairs, chunk * np);
+  for (std::size_t tc = 0; tc < T; tc += chunk) {
+    const std::size_t tn = tc + chunk < T ? tc + chunk : T;
+    for (std::size_t t = tc; t < tn; ++t)
+      for (std::size_t p = 0; p < np; ++p)
+        xs[(t - tc) * np + p].load(x, K, nb, t, 2 * p, 2 * p + 1 < nb);
     std::size_t n = n0;
     for (; n + kR <= n1; n += kR) {
       decode_tile<D, kR>(base + n * rb, rb, nb, kPrefetchRows * rb, dw);
-      std::size_t t = tc;
-      for (; t + 4 <= tn; t += 4) tile_decoded<D, kR, 4>(dw, x, K, t, y + t * ldy + n, ldy);
-      switch (tn - t) {
-        case 3:
-          tile_decoded<D, kR, 3>(dw, x, K, t, y + t * ldy + n, ldy);
-          break;
-        case 2:
-          tile_decoded<D, kR, 2>(dw, x, K, t, y + t * ldy + n, ldy);
-          break;
-        case 1:
-          tile_decoded<D, kR, 1>(dw, x, K, t, y + t * ldy + n, ldy);
-          break;
-        default:
-          break;
-      }
+      chunk_tiles<D, kR>(dw, xs, np, tn - tc, y + tc * ldy + n, ldy);
     }
     for (; n < n1; ++n) {
-      const std::uint8_t* row = base + n * rb;
-      std::size_t t = tc;
-      for (; t + 4 <= tn; t += 4) tile<D, 1, 4>(row, rb, x, K, t, y + t * ldy + n, ldy);
-      for (; t < tn; ++t) tile<D, 1, 1>(row, rb, x, K, t, y + t * ldy + n, ldy);
+      decode_tile<D, 1>(base + n * rb, rb, nb, rb, dw);
+      chunk_tiles<D, 1>(dw, xs, np, tn - tc, y + tc * ldy + n, ldy);
     }
   }
 }
