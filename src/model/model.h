@@ -65,8 +65,10 @@ const kernels::WeightView& projection(const LayerWeights& w, Proj p);
 // Scratch buffers of a forward pass, reused between calls to avoid allocation per token.
 struct ForwardScratch {
   std::vector<float> x, xn, q, k, v, attn, q_gate, gate, up, rope_cos, rope_sin, logits_hidden;
-  // Mixture of experts: router logits, each row's experts and weights, an expert's rows.
+  // Mixture of experts: router logits, each row's experts and weights, a batch of experts' rows,
+  // the shared expert's products.
   std::vector<float> router, expert_in, expert_gate, expert_up, expert_out, moe_out;
+  std::vector<float> shared_gate, shared_up, shared_out;
   std::vector<int> expert_ids;
   std::vector<float> expert_weights;
   // DeltaNet: the projections of the rows.

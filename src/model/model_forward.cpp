@@ -698,10 +698,19 @@ void CpuOps::moe(int layer, Act in, Act residual) {
   // decode step's 2 K products take 2 parallel regions instead of 2 K (and the buffers stay
   // small in prefill). An expert every row chose (every expert of a one-row step) reads x in
   // place, so that its products share x's quantization.
+  // The shared expert's products (Qwen3.5 MoE) join the first batch's two calls; its output is
+  // added after the routed experts', as before.
   constexpr std::size_t kMoeBatchRows = 256;
+  const std::size_t Fs = static_cast<std::size_t>(mc.shared_ff);
+  if (Fs > 0) {
+    s_.shared_gate.resize(T_ * Fs);
+    s_.shared_up.resize(T_ * Fs);
+    s_.shared_out.resize(T_ * H);
+  }
   std::vector<kernels::MatmulJob> jobs;
   std::vector<int> batch;
   for (int e0 = 0; e0 < E;) {
+    const bool with_shared = Fs > 0 && e0 == 0;
     batch.clear();
     std::size_t rows = 0;
     int e = e0;
@@ -741,7 +750,12 @@ void CpuOps::moe(int layer, Act in, Act residual) {
       jobs.push_back(
           {rows_in, n, expert_matrix(w.up, E, batch[b]), s_.expert_up.data() + offset[b] * Ff});
     }
+    if (with_shared) {
+      jobs.push_back({x, T_, w.shared_gate, s_.shared_gate.data()});
+      jobs.push_back({x, T_, w.shared_up, s_.shared_up.data()});
+    }
     kernels::matmul_jobs(jobs, pool_);
+    if (with_shared) kernels::silu_mul(s_.shared_gate.data(), s_.shared_up.data(), T_ * Fs);
     if (oai) {
       for (std::size_t b = 0; b < batch.size(); ++b) {
         const std::size_t eb = static_cast<std::size_t>(batch[b]);
@@ -761,6 +775,8 @@ void CpuOps::moe(int layer, Act in, Act residual) {
     for (std::size_t b = 0; b < batch.size(); ++b)
       jobs.push_back({s_.expert_gate.data() + offset[b] * Ff, offset[b + 1] - offset[b],
                       expert_matrix(w.down, E, batch[b]), s_.expert_out.data() + offset[b] * H});
+    if (with_shared)
+      jobs.push_back({s_.shared_gate.data(), T_, w.shared_down, s_.shared_out.data()});
     kernels::matmul_jobs(jobs, pool_);
     for (std::size_t b = 0; b < batch.size(); ++b) {
       const std::size_t eb = static_cast<std::size_t>(batch[b]), f = first[eb];
@@ -773,21 +789,12 @@ void CpuOps::moe(int layer, Act in, Act residual) {
       }
     }
   }
-  if (mc.shared_ff > 0) {  // the shared expert, gated per row by sigmoid(shared_router . x)
-    const std::size_t Fs = static_cast<std::size_t>(mc.shared_ff);
-    s_.expert_gate.resize(T_ * Fs);
-    s_.expert_up.resize(T_ * Fs);
-    s_.expert_out.resize(T_ * H);
-    const kernels::MatmulProduct gu[] = {{w.shared_gate, s_.expert_gate.data()},
-                                         {w.shared_up, s_.expert_up.data()}};
-    kernels::matmul_many(x, T_, gu, pool_);
-    kernels::silu_mul(s_.expert_gate.data(), s_.expert_up.data(), T_ * Fs);
-    kernels::matmul(s_.expert_gate.data(), T_, w.shared_down, s_.expert_out.data(), pool_);
+  if (Fs > 0) {  // the shared expert, gated per row by sigmoid(shared_router . x)
     for (std::size_t r = 0; r < T_; ++r) {
       float dot = 0.0f;
       for (std::size_t j = 0; j < H; ++j) dot += x[r * H + j] * w.shared_router[j];
       const float gate = 1.0f / (1.0f + std::exp(-dot));
-      for (std::size_t j = 0; j < H; ++j) s_.moe_out[r * H + j] += gate * s_.expert_out[r * H + j];
+      for (std::size_t j = 0; j < H; ++j) s_.moe_out[r * H + j] += gate * s_.shared_out[r * H + j];
     }
   }
   float* y = buf(residual);
