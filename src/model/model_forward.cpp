@@ -693,7 +693,7 @@ void CpuOps::moe(int layer, Act in, Act residual) {
         weight[at] = s_.expert_weights[i];
       }
   }
-  // Experts in batches of about kMoeBatchRows rows (at least one expert a batch): each batch's
+  // Experts in batches of at most kMoeBatchRows rows (or one expert with more): each batch's
   // gate and up products are one call of matmul_jobs and its down products another, so that a
   // decode step's 2 K products take 2 parallel regions instead of 2 K (and the buffers stay
   // small in prefill). An expert every row chose (every expert of a one-row step) reads x in
@@ -707,48 +707,34 @@ void CpuOps::moe(int layer, Act in, Act residual) {
     s_.shared_up.resize(T_ * Fs);
     s_.shared_out.resize(T_ * H);
   }
+  // A batch is the experts [e0, e1): their rows are picked[base, first[e1]), and expert e's
+  // start at row first[e] - base of the batch's buffers.
+  const std::size_t nE = static_cast<std::size_t>(E);
   std::vector<kernels::MatmulJob> jobs;
-  std::vector<int> batch;
-  for (int e0 = 0; e0 < E;) {
+  for (std::size_t e0 = 0; e0 < nE;) {
     const bool with_shared = Fs > 0 && e0 == 0;
-    batch.clear();
-    std::size_t rows = 0;
-    int e = e0;
-    for (; e < E; ++e) {
-      const std::size_t n =
-          first[static_cast<std::size_t>(e) + 1] - first[static_cast<std::size_t>(e)];
-      if (n == 0) continue;
-      if (!batch.empty() && rows + n > kMoeBatchRows) break;
-      batch.push_back(e);
-      rows += n;
-    }
-    e0 = e;
-    if (batch.empty()) break;
+    const std::size_t base = first[e0];
+    std::size_t e1 = e0 + 1;
+    while (e1 < nE && first[e1 + 1] - base <= kMoeBatchRows) ++e1;
+    const std::size_t rows = first[e1] - base;
     s_.expert_in.resize(rows * H);
     s_.expert_gate.resize(rows * Ff);
     s_.expert_up.resize(rows * Ff);
     s_.expert_out.resize(rows * H);
-    // Expert b's rows start at row offset[b] of the batch's buffers.
-    std::vector<std::size_t> offset(batch.size() + 1, 0);
-    for (std::size_t b = 0; b < batch.size(); ++b) {
-      const std::size_t f = first[static_cast<std::size_t>(batch[b])];
-      offset[b + 1] = offset[b] + first[static_cast<std::size_t>(batch[b]) + 1] - f;
-    }
     jobs.clear();
-    for (std::size_t b = 0; b < batch.size(); ++b) {
-      const std::size_t f = first[static_cast<std::size_t>(batch[b])],
-                        n = offset[b + 1] - offset[b];
+    for (std::size_t e = e0; e < e1; ++e) {
+      const std::size_t at = first[e] - base, n = first[e + 1] - first[e];
+      if (n == 0) continue;
       const float* rows_in = x;
       if (n != T_) {
-        float* copy = s_.expert_in.data() + offset[b] * H;
+        float* copy = s_.expert_in.data() + at * H;
         for (std::size_t i = 0; i < n; ++i)
-          std::copy(x + picked[f + i] * H, x + (picked[f + i] + 1) * H, copy + i * H);
+          std::copy(x + picked[first[e] + i] * H, x + (picked[first[e] + i] + 1) * H, copy + i * H);
         rows_in = copy;
       }
-      jobs.push_back(
-          {rows_in, n, expert_matrix(w.gate, E, batch[b]), s_.expert_gate.data() + offset[b] * Ff});
-      jobs.push_back(
-          {rows_in, n, expert_matrix(w.up, E, batch[b]), s_.expert_up.data() + offset[b] * Ff});
+      const int ei = static_cast<int>(e);
+      jobs.push_back({rows_in, n, expert_matrix(w.gate, E, ei), s_.expert_gate.data() + at * Ff});
+      jobs.push_back({rows_in, n, expert_matrix(w.up, E, ei), s_.expert_up.data() + at * Ff});
     }
     if (with_shared) {
       jobs.push_back({x, T_, w.shared_gate, s_.shared_gate.data()});
@@ -757,11 +743,10 @@ void CpuOps::moe(int layer, Act in, Act residual) {
     kernels::matmul_jobs(jobs, pool_);
     if (with_shared) kernels::silu_mul(s_.shared_gate.data(), s_.shared_up.data(), T_ * Fs);
     if (oai) {
-      for (std::size_t b = 0; b < batch.size(); ++b) {
-        const std::size_t eb = static_cast<std::size_t>(batch[b]);
-        const float* bg = w.gate_bias.data() + eb * Ff;
-        const float* bu = w.up_bias.data() + eb * Ff;
-        for (std::size_t i = offset[b]; i < offset[b + 1]; ++i)
+      for (std::size_t e = e0; e < e1; ++e) {
+        const float* bg = w.gate_bias.data() + e * Ff;
+        const float* bu = w.up_bias.data() + e * Ff;
+        for (std::size_t i = first[e] - base; i < first[e + 1] - base; ++i)
           for (std::size_t j = 0; j < Ff; ++j) {
             const float g = std::min(s_.expert_gate[i * Ff + j] + bg[j], 7.0f);
             const float u = std::clamp(s_.expert_up[i * Ff + j] + bu[j], -7.0f, 7.0f);
@@ -772,22 +757,27 @@ void CpuOps::moe(int layer, Act in, Act residual) {
       kernels::silu_mul(s_.expert_gate.data(), s_.expert_up.data(), rows * Ff);
     }
     jobs.clear();
-    for (std::size_t b = 0; b < batch.size(); ++b)
-      jobs.push_back({s_.expert_gate.data() + offset[b] * Ff, offset[b + 1] - offset[b],
-                      expert_matrix(w.down, E, batch[b]), s_.expert_out.data() + offset[b] * H});
+    for (std::size_t e = e0; e < e1; ++e) {
+      const std::size_t at = first[e] - base, n = first[e + 1] - first[e];
+      if (n > 0)
+        jobs.push_back({s_.expert_gate.data() + at * Ff, n,
+                        expert_matrix(w.down, E, static_cast<int>(e)),
+                        s_.expert_out.data() + at * H});
+    }
     if (with_shared)
       jobs.push_back({s_.shared_gate.data(), T_, w.shared_down, s_.shared_out.data()});
     kernels::matmul_jobs(jobs, pool_);
-    for (std::size_t b = 0; b < batch.size(); ++b) {
-      const std::size_t eb = static_cast<std::size_t>(batch[b]), f = first[eb];
-      const float* bd = w.down_bias.empty() ? nullptr : w.down_bias.data() + eb * H;
-      for (std::size_t i = 0; i < offset[b + 1] - offset[b]; ++i) {
-        float* y = s_.moe_out.data() + picked[f + i] * H;
-        const float* o = s_.expert_out.data() + (offset[b] + i) * H;
-        const float wi = weight[f + i];
-        for (std::size_t j = 0; j < H; ++j) y[j] += wi * (bd ? o[j] + bd[j] : o[j]);
+    // Expert by expert in id order, each one's rows in order: the order of the additions is the
+    // same as when the experts ran one at a time.
+    for (std::size_t e = e0; e < e1; ++e) {
+      const float* bd = w.down_bias.empty() ? nullptr : w.down_bias.data() + e * H;
+      for (std::size_t i = first[e]; i < first[e + 1]; ++i) {
+        float* y = s_.moe_out.data() + picked[i] * H;
+        const float* o = s_.expert_out.data() + (i - base) * H;
+        for (std::size_t j = 0; j < H; ++j) y[j] += weight[i] * (bd ? o[j] + bd[j] : o[j]);
       }
     }
+    e0 = e1;
   }
   if (Fs > 0) {  // the shared expert, gated per row by sigmoid(shared_router . x)
     for (std::size_t r = 0; r < T_; ++r) {
