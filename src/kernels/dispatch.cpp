@@ -614,7 +614,7 @@ void matmul_jobs(std::span<const MatmulJob> jobs, ThreadPool& pool) {
     return;
   }
   // Runs of jobs on one input through matmul_many (which shares what it can among them).
-  std::vector<MatmulProduct> run;
+  thread_local std::vector<MatmulProduct> run;  // grow-only, as the other lists here
   for (std::size_t i = 0; i < jobs.size();) {
     std::size_t end = i + 1;
     while (end < jobs.size() && jobs[end].x == jobs[i].x && jobs[end].T == jobs[i].T) ++end;
