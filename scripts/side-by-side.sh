@@ -9,13 +9,16 @@
 # they are), then, for ROUNDS rounds (default 3), alternates per file: llama-bench (pp, then tg at
 # each depth, flash attention off and on, its best of the two), `rkv bench-decode` with the full
 # cache, for a bf16 or f16 file also in the llama.cpp-precision mode (--matmul-precision llamacpp,
-# pp), and `rkv bench-decode` with R-KV at a budget (tg at the depths above the budget); each
+# pp), and `rkv bench-decode` with R-KV at a budget (tg at the depths above the budget), each
+# test of rkv the best of as many repetitions as llama.cpp has flash-attention settings (both
+# engines the best of two samples a round by default; before 2026-12-01 rkv had one); each
 # engine runs its own untimed warm-up before its tests (llama-bench's default, and rkv
 # bench-decode's since 2026-11-28: before that rkv's first and only repetition of pp512 was also
 # the first pass through its buffers, 6-8% slower on the bf16 file). Prints
 # one markdown table of medians over the rounds (the ratio is the median of the per-round
 # ratios), each figure also as a fraction of the machine's limit that rkv measures in the same
-# run (streaming-read bandwidth for decode, the matrix-product peak for prompt processing; a
+# run, just before and after each of its timed repetitions (streaming-read bandwidth for decode,
+# the matrix-product peak for prompt processing; a
 # llama.cpp figure's fraction is rkv's scaled by the two engines' speeds, the work per token
 # being the same), and the CPU model, its ISA, both commits (as each binary reports its own) and
 # the date. Below it, for each compressed deep test, a line with its ratio to rkv's depth-0 speed
@@ -53,6 +56,10 @@
 #                decoding does, so the cache never holds more than budget + buffer; bench-decode
 #                --fill); at a depth that is a multiple of 128 (the buffer) the decode measured
 #                after either reads the same number of entries
+#   RKV_REPETITIONS
+#                repetitions of each rkv test, its best taken (default: the number of LLAMA_FA
+#                settings, so that both engines get as many samples)
+#   KEEP         a folder in which to keep every run's JSON (default: a temporary one, removed)
 #   THREADS      threads of both engines (default: nproc)
 #   LLAMA_COMMIT what to print as llama.cpp's commit (default: what llama-bench reports)
 set -euo pipefail
@@ -75,11 +82,17 @@ full_depths=${RKV_FULL_DEPTHS:-$depths}
 llama_deep_rounds=${LLAMA_DEEP_ROUNDS:-$rounds}
 rkv_fill=${RKV_FILL:-prefill}
 threads=${THREADS:-$(nproc)}
+rkv_reps=${RKV_REPETITIONS:-$(tr ',' '\n' <<<"$llama_fa" | grep -c .)}
 [ -x "$llama_bench" ] || { echo "side-by-side: $llama_bench is not an executable" >&2; exit 2; }
 [ -x "$rkv" ] || { echo "side-by-side: $rkv is not built (cmake --build build)" >&2; exit 2; }
 mkdir -p "$files"
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+if [ -n "${KEEP:-}" ]; then
+  out=$KEEP
+  mkdir -p "$out"
+else
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+fi
 
 # Depths above the budget: where a compressed cache differs from the full one.
 deep=$(python3 -c "import sys; print(','.join(d for d in sys.argv[1].split(',') if int(d) > int(sys.argv[2])))" "$depths" "$budget")
@@ -112,18 +125,18 @@ for ((r = 1; r <= rounds; r++)); do
       echo "[]" > "$out/$name.llama.tg.$r.json"
     fi
     echo "side-by-side: round $r/$rounds, $name: rkv" >&2
-    "$rkv" bench-decode -m "$file" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$full_depths" -r 1 \
+    "$rkv" bench-decode -m "$file" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$full_depths" -r "$rkv_reps" \
       --device cpu --json "$out/$name.rkv.$r.json" >/dev/null 2>&1
     case $name in
       *-bf16 | *-f16)
         echo "side-by-side: round $r/$rounds, $name: rkv, llama.cpp precision" >&2
-        "$rkv" bench-decode -m "$file" -t "$threads" -p "$n_prompt" -n 0 -r 1 --no-limits \
+        "$rkv" bench-decode -m "$file" -t "$threads" -p "$n_prompt" -n 0 -r "$rkv_reps" --no-limits \
           --device cpu --matmul-precision llamacpp --json "$out/$name.rounded.$r.json" >/dev/null 2>&1
         ;;
     esac
     if [ -n "$deep" ]; then
       echo "side-by-side: round $r/$rounds, $name: rkv at budget $budget" >&2
-      "$rkv" bench-decode -m "$file" -t "$threads" -p 0 -n "$n_gen" -d "$deep" -r 1 --no-limits \
+      "$rkv" bench-decode -m "$file" -t "$threads" -p 0 -n "$n_gen" -d "$deep" -r "$rkv_reps" --no-limits \
         --device cpu --kv-method rkv --kv-budget "$budget" --kv-buffer 128 --fill "$rkv_fill" \
         --json "$out/$name.budget.$r.json" >/dev/null 2>&1
     fi
@@ -143,10 +156,10 @@ isa=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
 # before it reported one gets this checkout's, marked so.
 rkv_commit="$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown) (the checkout's)"
 python3 - "$out" "$rounds" "$n_prompt" "$n_gen" "$budget" "$cpu" "$isa" "$rkv_commit" \
-  "${LLAMA_COMMIT:-}" "$threads" "$started" "${names[@]}" <<'EOF'
+  "${LLAMA_COMMIT:-}" "$threads" "$started" "$rkv_reps" "$llama_fa" "${names[@]}" <<'EOF'
 import json, statistics, sys
 (out, rounds, n_prompt, n_gen, budget, cpu, isa, rkv_commit, llama_commit, threads,
- started), names = sys.argv[1:12], sys.argv[12:]
+ started, rkv_reps, llama_fa), names = sys.argv[1:14], sys.argv[14:]
 rounds = int(rounds)
 
 def llama_rows(path):
@@ -176,6 +189,7 @@ def llama_cell(values):
         len(values), "" if len(values) == 1 else "s"))
 pct = lambda x: "%.0f%%" % (100 * x) if x is not None else "-"
 limits = None
+read_limits, compute_limits = [], []  # every rkv row's limit (measured around it)
 table = []
 notes = []
 for name in names:
@@ -187,6 +201,9 @@ for name in names:
         ll.append({**pp, **tg})
         rows, data = rkv_rows(f"{out}/{name}.rkv.{r}.json")
         limits = limits or data.get("machine_limits")
+        for row in data["results"]:
+            if "limit" in row:
+                (read_limits if "gb_per_s" in row else compute_limits).append(row["limit"])
         rkv_commit = data.get("build_commit", rkv_commit)
         rk.append(rows)
         for extra, runs in (("budget", bd), ("rounded", rd)):
@@ -231,11 +248,16 @@ for name in names:
             table.append("| %s | %s, rkv `--matmul-precision llamacpp` | %s | %s | %.1f | %s | %.2f | - |" % (
                 name, test, llama_cell(lt), pct(lf), med(qt), pct(qf),
                 med([rd[r][key][0] / ll[r][key] for r in both])))
-print("rkv beside llama.cpp: %s; ISA: %s; %s threads; rkv %s; llama.cpp %s; %s; %d rounds, medians."
-      % (cpu, isa, threads, rkv_commit, llama_commit or "unknown", started, rounds))
-if limits:
-    print("rkv's measured limits (%d threads): streaming read %.1f GB/s; %s %.0f GFLOP/s."
-          % (limits["threads"], limits["read_gb_per_s"], limits["compute"], limits["peak_gflop_per_s"]))
+print("rkv beside llama.cpp: %s; ISA: %s; %s threads; rkv %s; llama.cpp %s; %s; %d rounds, medians;"
+      " a round's figure: llama.cpp's best of flash attention %s, rkv's best of %s repetition%s."
+      % (cpu, isa, threads, rkv_commit, llama_commit or "unknown", started, rounds, llama_fa,
+         rkv_reps, "" if rkv_reps == "1" else "s"))
+span = lambda v: "%.1f" % v[0] if min(v) == max(v) else "%.1f-%.1f" % (min(v), max(v))
+if limits and read_limits:
+    print("rkv's limits (%d threads), measured just before and after each of its timed tests: "
+          "streaming read %s GB/s; %s %s GFLOP/s." % (
+              limits["threads"], span(read_limits), limits["compute"],
+              span(compute_limits) if compute_limits else "-"))
 print()
 print("| file | test | llama.cpp tok/s | of the limit | rkv tok/s | of the limit | rkv / llama.cpp | rkv, R-KV budget %s, tok/s |" % budget)
 print("|---|---|---:|---:|---:|---:|---:|---:|")

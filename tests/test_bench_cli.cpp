@@ -107,6 +107,45 @@ TEST(BenchDecodeCli, PromptAloneAndPlainCountErrors) {
   fs::remove_all(dir);
 }
 
+// With its limits (the default), every bench-decode row is read against the limit measured
+// just before and just after its timed repetition: decode against the streaming read, prompt
+// processing against the compute peak, each row's limit the mean of its two and its fraction
+// the row's own rate over it.
+TEST(BenchDecodeCli, EveryRowIsReadAgainstTheLimitAroundIt) {
+  const test::TempDir dir("bench-decode-limits");
+  RandomCheckpointOptions options;
+  options.shape = "tiny";
+  write_random_checkpoint(dir.path() / "model", options);
+  const std::string json = (dir.path() / "r.json").string();
+  std::string out;
+  ASSERT_EQ(
+      test::run_command(test::rkv_binary() + " bench-decode -m " + (dir.path() / "model").string() +
+                            " -t 1 -p 8 -n 2 --depths 0,4 -r 2 --json " + json + " 2>&1",
+                        out),
+      0)
+      << out;
+  const auto doc = test::read_json(json);
+  EXPECT_EQ(doc["machine_limits"]["measured"], "just before and after each timed repetition");
+  const auto rows = doc["results"];
+  ASSERT_EQ(rows.size(), 3u) << rows.dump();
+  for (const auto& row : rows) {
+    const bool decode = row["test"].get<std::string>().rfind("tg", 0) == 0;
+    const double before = row["limit_before"], after = row["limit_after"], limit = row["limit"];
+    EXPECT_GT(before, 0.0) << row.dump();
+    EXPECT_GT(after, 0.0) << row.dump();
+    EXPECT_DOUBLE_EQ(limit, (before + after) / 2.0) << row.dump();
+    const double rate = row[decode ? "gb_per_s" : "gflop_per_s"];
+    EXPECT_DOUBLE_EQ(row["fraction_of_limit"].get<double>(), rate / limit) << row.dump();
+  }
+  // The printed table gives each row's limit in its own unit.
+  EXPECT_TRUE(
+      std::regex_search(out, std::regex(R"(\| pp8 \|.*GFLOP/s \| [0-9.]+ GFLOP/s \| [0-9]+% \|)")))
+      << out;
+  EXPECT_TRUE(
+      std::regex_search(out, std::regex(R"(\| tg2 \| 4 \|.*GB/s \| [0-9.]+ GB/s \| [0-9]+% \|)")))
+      << out;
+}
+
 // `rkv --version` and bench-decode's JSON name the commit rkv was built from: the same string in
 // both, and a commit of the sources' git history (with "-dirty" when tracked files differed from
 // it), or "unknown" where the sources are not a git checkout.

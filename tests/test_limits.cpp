@@ -28,10 +28,14 @@ TEST(MachineLimits, EveryLoopComputesItsClosedForm) {
     if (loops == nullptr || !kernels::isa_supported(isa)) continue;
     SCOPED_TRACE(std::string(kernels::isa_name(isa)));
     ++checked;
-    // The read loop sums: 0, 1, ..., 4095 (exact in float32 partial sums of 8 lanes).
+    // The read loop sums every element once: each of the four quarters of 1024 holds 0..63
+    // sixteen times plus 64 times its index q, so the sum is 4 * 16 * 2016 + 1024 * 64 * (0 + 1 +
+    // 2 + 3) (exact in float32 partial sums); a loop that read one quarter four times, or
+    // missed one, would give another.
     std::vector<float> data(4096);
-    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i % 64);
-    EXPECT_FLOAT_EQ(loops->read_sum(data.data(), data.size()), 64.0f * (63.0f * 64.0f / 2.0f));
+    for (std::size_t i = 0; i < data.size(); ++i)
+      data[i] = static_cast<float>(i % 64 + 64 * (i / 1024));
+    EXPECT_FLOAT_EQ(loops->read_sum(data.data(), data.size()), 4.0f * 16 * 2016 + 1024.0f * 64 * 6);
     EXPECT_GT(loops->flops_per_iteration, 0.0);
     if (isa == Isa::Avx512Bf16) {
       // 12 chains of 16 lanes, chain j starting at seed + j; every iteration adds to lanes 0-7

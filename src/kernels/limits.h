@@ -6,15 +6,25 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
 
 namespace rkv::kernels {
 
+// The streams a read loop runs side by side. A core reads memory faster from several streams
+// than from one (more lines in flight, more prefetch streams): on the 2-core AMD EPYC (Zen 4) of
+// docs/PERFORMANCE.md, 2026-12-01, the loop of one stream a thread read 8-19% slower than this
+// one (`rkv_bench --benchmark_filter=Limits/avx512bf16/threads:2`, six alternating rounds), and
+// decode (GEMVs of two streams a thread) read 5-17% faster than the one-stream loop. The limit is
+// what the machine allows, so the loop reads the way that gets the most.
+inline constexpr std::size_t kReadStreams = 4;
+
 // One instruction set's measuring loops (limits_avx2.cpp, ...; the reference in limits.cpp).
 struct LimitLoops {
-  // Sums p[0..n) (n a multiple of 64): a streaming read.
+  // Sums p[0..n) (n a multiple of kReadStreams * 64): a streaming read of the kReadStreams
+  // quarters of the span side by side, one line of each in turn.
   float (*read_sum)(const float* p, std::size_t n);
   // Runs `iterations` rounds of independent multiply-add chains in registers and returns a
   // value that depends on all of them; flops_per_iteration is what one round computes (a fused
@@ -35,8 +45,31 @@ struct MachineLimits {
   Isa isa = Isa::Reference;
 };
 
-// Measures both limits with `pool`'s threads and the loops of `isa` (the best of `repetitions`
-// runs each). `read_bytes` is the buffer streamed (it is allocated and touched first).
+// Measures the limits again and again with `pool`'s threads and the loops of `isa`, each
+// measurement the best of `repetitions` runs: for a benchmark that reads the limit just before
+// and after each timed test (a shared machine's bandwidth moves by tens of percent within
+// seconds). `read_bytes` is the buffer streamed, allocated and touched once, here.
+class LimitProbe {
+ public:
+  LimitProbe(ThreadPool& pool, Isa isa, std::size_t read_bytes = std::size_t{512} << 20,
+             int repetitions = 5);
+  double read_gb_per_s();
+  double peak_gflop_per_s();
+  const char* compute_name() const { return loops_->compute_name; }
+  int threads() const { return pool_.size(); }
+  Isa isa() const { return isa_; }
+
+ private:
+  ThreadPool& pool_;
+  Isa isa_;
+  const LimitLoops* loops_;
+  int repetitions_;
+  std::size_t per_thread_;
+  std::vector<float> buffer_;
+  std::vector<float> sink_;  // the loops' results, kept so that no loop is optimised away
+};
+
+// Measures both limits once (a LimitProbe's two measurements).
 MachineLimits measure_machine_limits(ThreadPool& pool, Isa isa,
                                      std::size_t read_bytes = std::size_t{512} << 20,
                                      int repetitions = 5);

@@ -21,14 +21,15 @@ float hsum(__m256 v) {
 }
 
 float read_sum(const float* p, std::size_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-  for (std::size_t i = 0; i < n; i += 32) {
-    s0 = _mm256_add_ps(s0, _mm256_loadu_ps(p + i));
-    s1 = _mm256_add_ps(s1, _mm256_loadu_ps(p + i + 8));
-    s2 = _mm256_add_ps(s2, _mm256_loadu_ps(p + i + 16));
-    s3 = _mm256_add_ps(s3, _mm256_loadu_ps(p + i + 24));
-  }
-  return hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  const std::size_t part = n / kReadStreams;
+  __m256 s[kReadStreams];
+  for (__m256& v : s) v = _mm256_setzero_ps();
+  for (std::size_t i = 0; i < part; i += 8)
+    for (std::size_t k = 0; k < kReadStreams; ++k)
+      s[k] = _mm256_add_ps(s[k], _mm256_loadu_ps(p + k * part + i));
+  __m256 t = s[0];
+  for (std::size_t k = 1; k < kReadStreams; ++k) t = _mm256_add_ps(t, s[k]);
+  return hsum(t);
 }
 
 // 12 independent chains: enough to cover the FMA latency (4-5 cycles) on two FMA pipes.

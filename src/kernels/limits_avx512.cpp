@@ -14,14 +14,15 @@ const LimitLoops* limit_loops_avx512();
 float limits_read_sum_avx512(const float* p, std::size_t n);
 
 float limits_read_sum_avx512(const float* p, std::size_t n) {
-  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-  for (std::size_t i = 0; i < n; i += 64) {
-    s0 = _mm512_add_ps(s0, _mm512_loadu_ps(p + i));
-    s1 = _mm512_add_ps(s1, _mm512_loadu_ps(p + i + 16));
-    s2 = _mm512_add_ps(s2, _mm512_loadu_ps(p + i + 32));
-    s3 = _mm512_add_ps(s3, _mm512_loadu_ps(p + i + 48));
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+  const std::size_t part = n / kReadStreams;
+  __m512 s[kReadStreams];
+  for (__m512& v : s) v = _mm512_setzero_ps();
+  for (std::size_t i = 0; i < part; i += 16)
+    for (std::size_t k = 0; k < kReadStreams; ++k)
+      s[k] = _mm512_add_ps(s[k], _mm512_loadu_ps(p + k * part + i));
+  __m512 t = s[0];
+  for (std::size_t k = 1; k < kReadStreams; ++k) t = _mm512_add_ps(t, s[k]);
+  return _mm512_reduce_add_ps(t);
 }
 
 namespace {

@@ -39,7 +39,8 @@ EOF
 # rkv: pp512 150, 500, 330 (ratios to llama.cpp 1.5, 2.5, 1.1: median 1.5); tg16 at depth 0 10,
 # 20, 12 (ratios 0.25, 1.0, 0.4: median 0.4); R-KV at budget 2048 at depth 16384 9, 10, 11
 # (to rkv's depth 0, per round: 0.9, 0.5, 0.917: median 90%); fraction of the limit 0.5 for pp,
-# 0.8 for tg.
+# 0.8 for tg; the limits measured around each row, per round: compute 100, 110, 120 GFLOP/s,
+# reads 40, 50, 60 GB/s. Each call's -r goes to rkv.reps.
 cat > "$tmp/rkv" <<'EOF'
 #!/usr/bin/env bash
 dir=$(dirname "$0")
@@ -51,21 +52,22 @@ args=" $* "
 kind=full; [[ $args == *" --kv-method rkv "* ]] && kind=budget
 r=$(( $(cat "$dir/rkv.$kind" 2>/dev/null || echo 0) + 1 )); echo $r > "$dir/rkv.$kind"
 json=$(sed -E 's/.* --json ([^ ]+) .*/\1/' <<<"$args")
+sed -E 's/.* -r ([^ ]+) .*/\1/' <<<"$args" >> "$dir/rkv.reps"
 depths=$(sed -E 's/.* -d ([^ ]+) .*/\1/' <<<"$args")
 rows=()
 if [ $kind = full ]; then
   pp=$( [ $r = 1 ] && echo 150 || { [ $r = 2 ] && echo 500 || echo 330; })
   tg=$( [ $r = 1 ] && echo 10 || { [ $r = 2 ] && echo 20 || echo 12; })
-  rows+=("{\"test\": \"pp512\", \"depth\": 0, \"tokens_per_second\": $pp, \"fraction_of_limit\": 0.5}")
+  rows+=("{\"test\": \"pp512\", \"depth\": 0, \"tokens_per_second\": $pp, \"fraction_of_limit\": 0.5, \"gflop_per_s\": 1, \"limit\": $(( 90 + 10 * r ))}")
   for d in ${depths//,/ }; do
-    rows+=("{\"test\": \"tg16\", \"depth\": $d, \"tokens_per_second\": $tg, \"fraction_of_limit\": 0.8}")
+    rows+=("{\"test\": \"tg16\", \"depth\": $d, \"tokens_per_second\": $tg, \"fraction_of_limit\": 0.8, \"gb_per_s\": 1, \"limit\": $(( 30 + 10 * r ))}")
   done
 else
   for d in ${depths//,/ }; do
     rows+=("{\"test\": \"tg16\", \"depth\": $d, \"tokens_per_second\": $(( 8 + r ))}")
   done
 fi
-(IFS=,; echo "{\"build_commit\": \"rkvfake7\", \"machine_limits\": {\"threads\": 2, \"read_gb_per_s\": 50.0, \"compute\": \"fake\", \"peak_gflop_per_s\": 100}, \"results\": [${rows[*]}]}") > "$json"
+(IFS=,; echo "{\"build_commit\": \"rkvfake7\", \"machine_limits\": {\"threads\": 2, \"compute\": \"fake\", \"measured\": \"just before and after each timed repetition\"}, \"results\": [${rows[*]}]}") > "$json"
 EOF
 chmod +x "$tmp/llama-bench" "$tmp/rkv"
 
@@ -98,7 +100,14 @@ expect "| fake-q4_k_m | tg16 @ 16384 | 3.0 | - | - | - | - | 10.0 |"
 # each round's depth 0 (10, 20, 12) and budget (9, 10, 11) figures, with their ratios 90%, 50%, 92%
 expect "fake-q4_k_m: rkv at R-KV budget 2048, tg16 @ 16384: 10.0 tokens/s, 90% of rkv's full cache at depth 0 (12.0; the median of the per-round ratios; rounds, depth 0 -> tg16 @ 16384: 10.0 -> 9.0 (90%), 20.0 -> 10.0 (50%), 12.0 -> 11.0 (92%))"
 # both commits as the binaries report them (rkv's build_commit, not this checkout's HEAD)
-grep -q "; rkv rkvfake7; llama.cpp fake123; .*; 3 rounds, medians." <<<"$table" || { echo "FAIL header"; status=1; }
+grep -q "; rkv rkvfake7; llama.cpp fake123; .*; 3 rounds, medians; a round's figure: llama.cpp's best of flash attention 0,1, rkv's best of 2 repetitions." <<<"$table" || { echo "FAIL header"; status=1; }
+# the limits' range over every rkv row of the three rounds
+expect "rkv's limits (2 threads), measured just before and after each of its timed tests: streaming read 40.0-60.0 GB/s; fake 100.0-120.0 GFLOP/s."
+# as many samples as llama.cpp's two flash-attention settings: every rkv call ran -r 2
+if [ "$(sort -u "$tmp/rkv.reps")" != 2 ]; then
+  echo "FAIL rkv's repetitions: $(sort -u "$tmp/rkv.reps" | tr '\n' ' ') (want 2)"
+  status=1
+fi
 
 # The defaults for rkv: its full cache at every depth, no line under the table; llama.cpp with
 # flash attention off alone (LLAMA_FA=0), 1 token/s below the figures above. pp: llama.cpp 99,
@@ -109,6 +118,10 @@ table=$(run_case LLAMA_FA=0)
 echo "$table"
 expect "| fake-q4_k_m | pp512 | 199.0 | 30% | 330.0 | 50% | 1.52 | - |"
 expect "| fake-q4_k_m | tg16 @ 16384 | 2.0 | 13% | 12.0 | 80% | 6.00 | 10.0 |"
+if [ "$(sort -u "$tmp/rkv.reps")" != 1 ]; then
+  echo "FAIL rkv's repetitions with LLAMA_FA=0: $(sort -u "$tmp/rkv.reps" | tr '\n' ' ') (want 1)"
+  status=1
+fi
 if grep -q "of rkv's full cache at depth 0" <<<"$table"; then
   echo "FAIL a budget line without RKV_FULL_DEPTHS"
   status=1

@@ -79,8 +79,10 @@ void setup(CLI::App& app) {
                "prompt test's length before its repetitions, one decode step before the decode "
                "tests)");
   app.add_flag("--no-limits", args->no_limits,
-               "Skip measuring the machine's limits (streaming-read bandwidth and compute peak "
-               "with the same threads, about 3 s) and the columns that compare with them");
+               "Skip measuring the machine's limits (streaming-read bandwidth for decode, compute "
+               "peak for prompt processing, with the same threads, just before and after each "
+               "timed repetition: a few tenths of a second each) and the columns that compare "
+               "with them");
   add_precision_options(app, args->matmul_precision, args->attention_precision);
   add_device_option(app, args->device);
   add_threads_option(app, args->threads);
@@ -123,6 +125,11 @@ void setup(CLI::App& app) {
                  args->threads,
                  model->device() == Device::Cuda ? "cuda" : kernels::kernels_name().c_str(),
                  args->matmul_precision.c_str());
+    // The limits each figure is read against. On the CPU they are measured just before and just
+    // after each timed repetition (a shared machine's bandwidth moves by tens of percent within
+    // seconds: a limit measured once at the start can be far from the one a test ran under),
+    // and the repetition's limit is the mean of the two; on the GPU once, at the start.
+    std::optional<kernels::LimitProbe> probe;
     std::optional<kernels::MachineLimits> limits;
     if (!args->no_limits && model->device() == Device::Cuda) {
       // On the GPU: decode against the card's copy bandwidth, prompt processing against cuBLAS's
@@ -135,12 +142,20 @@ void setup(CLI::App& app) {
                   cuda_summary().c_str(), limits->read_gb_per_s, limits->compute_name,
                   limits->peak_gflop_per_s);
     } else if (!args->no_limits) {
-      std::fprintf(stderr, "bench-decode: measuring the machine's limits...\n");
-      limits = kernels::measure_machine_limits(pool, kernels::active_isa());
-      std::printf("Machine limits (%d threads, %s): streaming read %.1f GB/s; %s %.1f GFLOP/s\n",
-                  limits->threads, std::string(kernels::isa_name(limits->isa)).c_str(),
-                  limits->read_gb_per_s, limits->compute_name, limits->peak_gflop_per_s);
+      probe.emplace(pool, kernels::active_isa());
+      std::printf(
+          "Machine limits (%d threads, %s), measured just before and just after each timed "
+          "repetition (each row's limit is the mean of its two): streaming read for decode, %s "
+          "for prompt processing\n",
+          probe->threads(), std::string(kernels::isa_name(probe->isa())).c_str(),
+          probe->compute_name());
     }
+    // One measurement of the limit a test runs against (0 without limits).
+    auto limit_now = [&](bool compute_bound) {
+      if (probe) return compute_bound ? probe->peak_gflop_per_s() : probe->read_gb_per_s();
+      if (limits) return compute_bound ? limits->peak_gflop_per_s : limits->read_gb_per_s;
+      return 0.0;
+    };
     const Model::MatmulFootprint matmuls = model->matmul_footprint();
     const double kv_entry_bytes =
         2.0 * static_cast<double>(kv_row_bytes(kv_dtype, c.head_dim)) * c.num_kv_heads;
@@ -152,21 +167,24 @@ void setup(CLI::App& app) {
         std::string(kv_dtype_name(kv_dtype)).c_str(), per_token.total(), per_token.keys,
         per_token.values, per_token.positions, per_token.state);
     std::printf(
-        "| test | depth | tokens | seconds | tokens/s | work rate | of the limit |\n"
-        "|---|---:|---:|---:|---:|---:|---:|\n");
+        "| test | depth | tokens | seconds | tokens/s | work rate | limit | of the limit |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    // A timed repetition's limit: measured just before and just after it (see above).
+    struct Limit {
+      double before = 0.0, after = 0.0;
+      double mean() const { return (before + after) / 2.0; }
+    };
     // `work` is what the test did: flops for prompt processing, bytes read for decode.
     auto report = [&](const std::string& test, int depth, int tokens, double seconds, double work,
-                      bool compute_bound) {
+                      bool compute_bound, const Limit& limit) {
       const double rate = work / seconds / 1e9;
-      const double limit = !limits         ? 0.0
-                           : compute_bound ? limits->peak_gflop_per_s
-                                           : limits->read_gb_per_s;
+      const char* unit = compute_bound ? "GFLOP/s" : "GB/s";
       std::printf("| %s | %d | %d | %.3f | %.2f | %.1f %s | ", test.c_str(), depth, tokens, seconds,
-                  tokens / seconds, rate, compute_bound ? "GFLOP/s" : "GB/s");
-      if (limits)
-        std::printf("%.0f%% |\n", 100.0 * rate / limit);
+                  tokens / seconds, rate, unit);
+      if (limit.mean() > 0.0)
+        std::printf("%.1f %s | %.0f%% |\n", limit.mean(), unit, 100.0 * rate / limit.mean());
       else
-        std::printf("- |\n");
+        std::printf("- | - |\n");
       std::fflush(stdout);
       results.push_back({{"test", test},
                          {"depth", depth},
@@ -174,17 +192,31 @@ void setup(CLI::App& app) {
                          {"seconds", seconds},
                          {"tokens_per_second", tokens / seconds},
                          {compute_bound ? "gflop_per_s" : "gb_per_s", rate}});
-      if (limits) results.back()["fraction_of_limit"] = rate / limit;
+      if (limit.mean() > 0.0) {
+        results.back()["limit"] = limit.mean();
+        results.back()["limit_before"] = limit.before;
+        results.back()["limit_after"] = limit.after;
+        results.back()["fraction_of_limit"] = rate / limit.mean();
+      }
     };
     if (args->n_prompt > 0) {
       double best = 1e30;
+      Limit best_limit;
       // rep < 0: the warm-up, untimed (the first pass also touches every scratch buffer).
       for (int rep = args->no_warmup ? 0 : -1; rep < args->repetitions; ++rep) {
         KvCache cache(model->cache_shape(args->n_prompt, 0, kv_dtype));
         const auto tokens = random_tokens(args->n_prompt);
+        Limit limit;
+        if (rep >= 0) limit.before = limit_now(true);
         const double t0 = now_seconds();
         prefill(*model, cache, tokens, 0, 512, scratch, pool, logits.data());
-        if (rep >= 0) best = std::min(best, now_seconds() - t0);
+        const double elapsed = now_seconds() - t0;
+        if (rep < 0) continue;
+        limit.after = limit_now(true);
+        if (elapsed < best) {
+          best = elapsed;
+          best_limit = limit;
+        }
       }
       // Flops: two per parameter per token for the layers' matrices, two per output-head
       // parameter once (prefill computes the last token's logits only), and causal attention
@@ -194,7 +226,8 @@ void setup(CLI::App& app) {
       const double layer_params = static_cast<double>(matmuls.params - matmuls.head_params);
       const double flops = 2.0 * layer_params * T + 2.0 * static_cast<double>(matmuls.head_params) +
                            2.0 * c.kv_layers() * c.num_heads * c.head_dim * T * (T + 1);
-      report("pp" + std::to_string(args->n_prompt), 0, args->n_prompt, best, flops, true);
+      report("pp" + std::to_string(args->n_prompt), 0, args->n_prompt, best, flops, true,
+             best_limit);
     }
     // A sequence's memory for `depth` tokens and then `n_gen` more.
     auto new_memory = [&](int depth, int n_gen) {
@@ -217,6 +250,7 @@ void setup(CLI::App& app) {
     const bool stream = args->fill == "stream" && kv_params.info().compresses;
     for (int depth : args->n_gen > 0 ? depths : std::vector<int>{}) {
       double best = 1e30, best_compress = 0.0, best_bytes = 0.0;
+      Limit best_limit;
       std::int64_t compressions = 0;
       int entries = 0;
       for (int rep = 0; rep < args->repetitions; ++rep) {
@@ -251,6 +285,8 @@ void setup(CLI::App& app) {
         // Bytes a step reads: every matrix once, and the keys and values its attention reads
         // (the entries held before the step plus the new one, in every layer).
         double bytes = 0.0;
+        Limit limit;
+        limit.before = limit_now(false);
         const double t0 = now_seconds();
         for (int i = 0; i < args->n_gen; ++i) {
           std::size_t held = 0;
@@ -264,15 +300,18 @@ void setup(CLI::App& app) {
           token = argmax(logits.data(), c.vocab_size);
         }
         const double elapsed = now_seconds() - t0;
+        limit.after = limit_now(false);
         if (elapsed < best) {
           best = elapsed;
+          best_limit = limit;
           best_bytes = bytes;
           best_compress = memory.compression_seconds() - compress_before;
           compressions = memory.compressions();
           entries = cache.length(0);
         }
       }
-      report("tg" + std::to_string(args->n_gen), depth, args->n_gen, best, best_bytes, false);
+      report("tg" + std::to_string(args->n_gen), depth, args->n_gen, best, best_bytes, false,
+             best_limit);
       if (kv_params.info().compresses) {
         std::printf(
             "|   %s: %lld layer compressions, %.3f s (%.1f%% of decode), %d entries per head at "
@@ -302,11 +341,16 @@ void setup(CLI::App& app) {
                             {"attention_precision", args->attention_precision},
                             {"fill", args->fill},
                             {"results", results}};
-      if (limits)
+      if (limits)  // the GPU's, measured once
         out["machine_limits"] = {{"read_gb_per_s", limits->read_gb_per_s},
                                  {"peak_gflop_per_s", limits->peak_gflop_per_s},
                                  {"compute", limits->compute_name},
-                                 {"threads", limits->threads}};
+                                 {"threads", limits->threads},
+                                 {"measured", "once, at the start"}};
+      if (probe)  // each result's own "limit"
+        out["machine_limits"] = {{"compute", probe->compute_name()},
+                                 {"threads", probe->threads()},
+                                 {"measured", "just before and after each timed repetition"}};
       std::ofstream(args->json_out) << out.dump(2) << "\n";
     }
   });
