@@ -410,8 +410,10 @@ inline __m512i superblock_pair(const std::uint8_t* blk, int p) {
 // at a time: vpmaddubsw multiplies the unsigned weights u (Q4_K's nibbles, Q6_K's q + 32) by the
 // activation bytes into pairs of int16, and vpdpwssd multiplies those by the int16 scale of each
 // group of 16 (picked with vpermw) and sums them into int32 lanes, exact over the whole
-// super-block. Once per super-block: acc += I * (d * dx), less the mins (Q6_K: its offset 32 sc)
-// as sixteen floats dmin m[g] against the activations' fsum[g] = dx * bsum[g].
+// super-block. Once per super-block: acc += I * (d * dx), and the mins (Q6_K: its offset 32 sc)
+// as M = the sum of m[g] * bsum[g] over the sixteen groups, exact in int32 (vpmaddwd: eight
+// lanes of two groups), into a second accumulator: accm += M * (dmin * dx), subtracted from acc
+// at the end (sixteen float products a super-block before 2026-12-01).
 template <DType D, int R, int TT>
 void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x, std::size_t K,
             std::size_t t0, float* y, std::size_t ldy) {
@@ -532,7 +534,8 @@ struct Tile {
 // whole group (Q4_K's sub-block of 32, Q6_K's 16) before one vpmulld by the rows' integer scales.
 // That is 64 vpdpbusd and 8 (Q4_K) or 16 (Q6_K) vpmulld per 16 rows, activation row and
 // super-block, against 128 multiplies for the tiles above. Once per super-block, acc += I * (d *
-// dx) and the mins come off as in tile_k; the lanes are the output rows, stored together.
+// dx), less the mins as float products dmin m against the activations' dx * bsum (per sub-block
+// of Q4_K, per group of 16 of Q6_K); the lanes are the output rows, stored together.
 //
 // A panel's super-block in the scratch buffer: U, the 64 groups of four elements (k4) each as
 // sixteen rows x 4 bytes (64 bytes); then per group g its sixteen rows' scales (int32), their
