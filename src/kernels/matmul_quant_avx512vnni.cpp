@@ -369,9 +369,9 @@ void decode_rows(const quant::ActivationBlocks& x, const WeightView& w, std::siz
 // and 4h + 3: no shuffle, where the super-block's order takes a variable shift of one half (see
 // superblock_pair). The activation bytes are laid out in the same order once per call
 // (q4k_tile_activations), and the scales picked to match (tile_k's kPick). On the 2-core AMD
-// EPYC (Zen 4), 2026-12-01, Q4_K decode ran 16-22% faster than in the super-block's order
+// EPYC (Zen 4), 2026-12-01, Q4_K decode ran 16-23% faster than in the super-block's order
 // (`RKV_BENCH_CYCLE_MIB=1 rkv_bench --benchmark_filter=QuantMatmul/down/T1/q4_k/threads:1`,
-// three alternating rounds).
+// three alternating rounds; docs/PERFORMANCE-LOG.md).
 constexpr int kQ4kTileOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
 
 // Sub-blocks kQ4kTileOrder[2v] and [2v + 1] of a Q4_K super-block at blk as unsigned bytes.
@@ -438,7 +438,10 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps(), accm[r][t] = _mm256_setzero_ps();
+    for (int t = 0; t < TT; ++t) {
+      acc[r][t] = _mm512_setzero_ps();
+      accm[r][t] = _mm256_setzero_ps();
+    }
   const std::int8_t* xq = x.qk + t0 * K;
   const float* xd = x.dk + t0 * nsb;
   const std::int16_t* xb = x.bsum + t0 * ng;
