@@ -64,7 +64,7 @@
 #   LLAMA_COMMIT what to print as llama.cpp's commit (default: what llama-bench reports)
 set -euo pipefail
 if [ $# -lt 1 ]; then
-  sed -n '2,55p' "$0" >&2
+  sed -n '2,/^set -euo pipefail/p' "$0" | sed '$d' >&2
   exit 2
 fi
 llama_bench=$1
