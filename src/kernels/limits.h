@@ -15,8 +15,8 @@ namespace rkv::kernels {
 
 // The streams a read loop runs side by side. A core reads memory faster from several streams
 // than from one (more lines in flight, more prefetch streams): on the 2-core AMD EPYC (Zen 4) of
-// docs/PERFORMANCE.md, 2026-12-01, the loop of one stream a thread read 8-19% slower than this
-// one (`rkv_bench --benchmark_filter=Limits/avx512bf16/threads:2`, six alternating rounds), and
+// docs/PERFORMANCE.md, 2026-12-01, this loop read 8-19% more than one of one stream a thread
+// (`rkv_bench --benchmark_filter=Limits/avx512bf16/threads:2`, six alternating rounds), and
 // decode (GEMVs of two streams a thread) read 5-17% faster than the one-stream loop. The limit is
 // what the machine allows, so the loop reads the way that gets the most.
 inline constexpr std::size_t kReadStreams = 4;

@@ -723,8 +723,8 @@ void panel_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightVie
 thread_local Scratch tls_q4k_tile;
 
 // x with its super-block activation bytes in the Q4_K tiles' order (kQ4kTileOrder): a copy per
-// call and thread, T x K bytes (a decode step's K is a few kilobytes, against megabytes of
-// weights).
+// call, that is per chunk of weight rows a thread takes, T x K bytes (T under 8; a decode step's
+// K is a few kilobytes, against the 32 rows or more of a chunk, tens of kilobytes of Q4_K).
 quant::ActivationBlocks q4k_tile_activations(const quant::ActivationBlocks& x, std::size_t T,
                                              std::size_t K) {
   auto* q = static_cast<std::int8_t*>(tls_q4k_tile.get(T * K));
