@@ -540,6 +540,10 @@ void expect_fused_exp_formula(void (*exp)(float*, int)) {
     ASSERT_EQ(std::memcmp(&want, &got[i], sizeof(float)), 0)
         << "exp(" << x[i] << "): " << got[i] << ", the fused formula " << want;
   }
+  // A NaN stays a NaN through the clamps, as through the loop's comparisons.
+  std::vector<float> nan(23, std::numeric_limits<float>::quiet_NaN());
+  exp(nan.data(), static_cast<int>(nan.size()));
+  for (float y : nan) EXPECT_TRUE(std::isnan(y)) << y;
 }
 #endif
 
