@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -189,6 +190,23 @@ std::vector<float> random_x(std::size_t n, std::mt19937& rng) {
     x[5] = 40.0f;
   }
   return x;
+}
+
+// "" where got has want's bits (T rows of N outputs), else how many outputs differ and the first
+// of them by row and column with both values: a failure message that names where, not two
+// vectors of thousands of floats cut at 32.
+std::string bit_differences(const std::vector<float>& want, const std::vector<float>& got,
+                            std::size_t N) {
+  if (want.size() != got.size()) return "sizes differ";
+  std::size_t differ = 0, first = 0;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    if (std::memcmp(&want[i], &got[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+  if (differ == 0) return "";
+  std::ostringstream s;
+  s.precision(9);
+  s << differ << " of " << want.size() << " outputs differ; the first at row " << first / N
+    << ", column " << first % N << ": " << got[first] << " for " << want[first];
+  return s.str();
 }
 
 TEST(QuantFormat, KnownBlocksDecodeAsDescribed) {
@@ -656,7 +674,7 @@ TEST(QuantizedMatmulDispatch, ThreadedMatmulEqualsTheRowKernel) {
     std::vector<float> a(T * N), b(T * N);
     kernels::matmul(x.data(), T, view, a.data(), pool);
     fn(x.data(), T, view, 0, N, b.data(), N);
-    EXPECT_EQ(a, b);
+    EXPECT_EQ(bit_differences(b, a, N), "");
   }
 }
 
@@ -691,8 +709,9 @@ TEST(QuantizedMatmulDispatch, ManyEqualsEachAlone) {
       }
       kernels::matmul_many(x.data(), T, products, two);
       for (std::size_t i = 0; i < list.size(); ++i)
-        EXPECT_EQ(want[i], got[i]) << "product " << i << " (" << dtype_name(list[i].first)
-                                   << ") of list " << (&list - lists.data()) << ", T=" << T;
+        EXPECT_EQ(bit_differences(want[i], got[i], list[i].second), "")
+            << "product " << i << " (" << dtype_name(list[i].first) << ") of list "
+            << (&list - lists.data()) << ", T=" << T;
     }
 }
 
@@ -752,8 +771,9 @@ TEST(QuantizedMatmulDispatch, JobsEqualEachAlone) {
       }
       kernels::matmul_jobs(jobs, two);
       for (std::size_t i = 0; i < list.size(); ++i)
-        EXPECT_EQ(want[i], got[i]) << "job " << i << " (" << dtype_name(list[i].t) << ") of list "
-                                   << (&list - lists.data()) << ", T=" << T;
+        EXPECT_EQ(bit_differences(want[i], got[i], list[i].N), "")
+            << "job " << i << " (" << dtype_name(list[i].t) << ") of list "
+            << (&list - lists.data()) << ", T=" << T;
     }
 }
 
