@@ -128,10 +128,18 @@ inline void load_transposed16(const std::byte* block, std::size_t row_bytes, int
   transpose16x16(r);
 }
 
+// The order in which each 16 x 16 transpose hands out its 16 outputs as decode's scores take them
+// (scores16_direct: the last stage of transpose16x16 produces 0, 8, 4, 12, then 1, 9, 5, 13, ...),
+// and in which Keys32T::scores_block takes the same dimensions, so that both sum each score in one
+// order: the same bits.
+constexpr int kTransposeOrder[16] = {0, 8, 4, 12, 1, 9, 5, 13, 2, 10, 6, 14, 3, 11, 7, 15};
+
 // The width-specific part of the blocked kernel (see attention_blocked.h). A block is 32 keys,
 // two vectors: each step of the scores then broadcasts a query value once for two FMAs, and a
 // group of heads keeps twice as many independent sums (8 heads: 16) as the FMA latency needs.
-struct Keys32 {
+// Pairs: the cache's rows are read as bf16 pairs (Row::kPairs), 32 dimensions a transpose.
+template <bool Pairs>
+struct Keys32T {
   static constexpr int kLanes = 32;
 
   // 32 rows of D keys from `block` (row stride row_bytes) as float32, transposed:
@@ -177,15 +185,19 @@ struct Keys32 {
                            float scale, float* probs) {
     __m512 acc[GB][2];
     for (int g = 0; g < GB; ++g) acc[g][0] = acc[g][1] = _mm512_setzero_ps();
-    for (int k = 0; k < D; ++k) {
-      const __m512 k0 = _mm512_load_ps(kt + k * kLanes);
-      const __m512 k1 = _mm512_load_ps(kt + k * kLanes + 16);
-      for (int g = 0; g < GB; ++g) {
-        const __m512 qk = _mm512_set1_ps(q[(g0 + g) * D + k]);
-        acc[g][0] = _mm512_fmadd_ps(qk, k0, acc[g][0]);
-        acc[g][1] = _mm512_fmadd_ps(qk, k1, acc[g][1]);
-      }
-    }
+    constexpr int kStep = Pairs ? 32 : 16, kPer = Pairs ? 2 : 1;
+    for (int c = 0; c < D; c += kStep)
+      for (int i = 0; i < 16; ++i)
+        for (int e = 0; e < kPer; ++e) {
+          const int k = c + kPer * kTransposeOrder[i] + e;
+          const __m512 k0 = _mm512_load_ps(kt + k * kLanes);
+          const __m512 k1 = _mm512_load_ps(kt + k * kLanes + 16);
+          for (int g = 0; g < GB; ++g) {
+            const __m512 qk = _mm512_set1_ps(q[(g0 + g) * D + k]);
+            acc[g][0] = _mm512_fmadd_ps(qk, k0, acc[g][0]);
+            acc[g][1] = _mm512_fmadd_ps(qk, k1, acc[g][1]);
+          }
+        }
     const __mmask16 m0 = tail_mask16(static_cast<std::size_t>(rows));
     const __mmask16 m1 = tail_mask16(static_cast<std::size_t>(rows > 16 ? rows - 16 : 0));
     const __m512 s = _mm512_set1_ps(scale);
@@ -199,11 +211,33 @@ struct Keys32 {
 };
 
 // Decode's scores (one query row) for GB <= kDirectHeads heads, without the transposed block in
-// memory: 16 keys at a time are loaded and transposed in registers (load_transposed16, as for
-// Keys32::transpose16) and each dimension's vector goes straight into the GB sums, where the
-// blocked kernel stores the transposed block and reads it back. Each score is the same FMAs in the
-// same order (dimension 0 to D - 1) as Keys32::scores_block, so the same bits.
+// memory: 16 keys at a time are loaded (all 16 rows first) and transposed in registers, and each
+// output of the transpose's last stage goes straight into the GB sums as it is made, in
+// kTransposeOrder, where the blocked kernel stores the transposed block and reads it back. Each
+// score is the same FMAs in the same order as Keys32T::scores_block, so the same bits. Against
+// the transpose stored and read back (load_transposed16, out of line), `rkv_bench
+// Attention/.../avx512/bf16` on Zen 4: +9-16% with the cache cycled through 256 MiB, 0-4% in
+// L2 (docs/PERFORMANCE-LOG.md).
 constexpr int kDirectHeads = 8;  // 8 sums, the 16 rows and 3 temporaries fit the 32 registers
+
+// One output of the transpose (dimension pair p of the 16 keys, or dimension p) into the GB sums.
+template <int D, class R, int GB>
+__attribute__((always_inline)) inline void scores_fma(const float* q, int c, int p, __m512i r,
+                                                      __m512 acc[GB]) {
+  if constexpr (R::kPairs) {
+    __m512i even, odd;
+    split_bf16_pairs(r, even, odd);
+    for (int g = 0; g < GB; ++g)
+      acc[g] =
+          _mm512_fmadd_ps(_mm512_set1_ps(q[g * D + c + 2 * p]), _mm512_castsi512_ps(even), acc[g]);
+    for (int g = 0; g < GB; ++g)
+      acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * D + c + 2 * p + 1]), _mm512_castsi512_ps(odd),
+                               acc[g]);
+  } else {
+    for (int g = 0; g < GB; ++g)
+      acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * D + c + p]), _mm512_castsi512_ps(r), acc[g]);
+  }
+}
 
 template <int D, class R, int GB, bool Full>
 void scores16_direct(const float* q, const std::byte* block, std::size_t row_bytes, int rows,
@@ -213,23 +247,48 @@ void scores16_direct(const float* q, const std::byte* block, std::size_t row_byt
   constexpr int kStep = R::kPairs ? 32 : 16;
   for (int c = 0; c < D; c += kStep) {
     __m512i r[16];
-    load_transposed16<R, Full>(block, row_bytes, rows, c, r);
-    if constexpr (R::kPairs) {
-      for (int i = 0; i < 16; ++i) {
-        __m512i even, odd;
-        split_bf16_pairs(r[i], even, odd);
-        for (int g = 0; g < GB; ++g)
-          acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * D + c + 2 * i]), _mm512_castsi512_ps(even),
-                                   acc[g]);
-        for (int g = 0; g < GB; ++g)
-          acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * D + c + 2 * i + 1]),
-                                   _mm512_castsi512_ps(odd), acc[g]);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      const std::byte* row = block + static_cast<std::size_t>(i) * row_bytes;
+      if constexpr (Full) {
+        if (R::kPairs || (c / 16) % R::kPrefetchEvery == 0)
+          prefetch_l2_ahead(R::at(row, c), kPrefetchRows * row_bytes);
+      } else if (i >= rows) {
+        r[i] = _mm512_setzero_si512();
+        continue;
       }
-    } else {
-      for (int i = 0; i < 16; ++i)
-        for (int g = 0; g < GB; ++g)
-          acc[g] =
-              _mm512_fmadd_ps(_mm512_set1_ps(q[g * D + c + i]), _mm512_castsi512_ps(r[i]), acc[g]);
+      if constexpr (R::kPairs) {
+        r[i] = _mm512_loadu_si512(R::at(row, c));
+      } else {
+        r[i] = _mm512_castps_si512(R::load16(row, c));
+      }
+    }
+    __m512i t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 16; g += 4) {
+      r[g + 0] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+      r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+      r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+      r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+#pragma GCC unroll 4
+    for (int cc = 0; cc < 4; ++cc) {
+      const __m512i x02 = _mm512_shuffle_i32x4(r[cc], r[4 + cc], _MM_SHUFFLE(2, 0, 2, 0));
+      const __m512i y02 = _mm512_shuffle_i32x4(r[8 + cc], r[12 + cc], _MM_SHUFFLE(2, 0, 2, 0));
+      scores_fma<D, R, GB>(q, c, cc, _mm512_shuffle_i32x4(x02, y02, _MM_SHUFFLE(2, 0, 2, 0)), acc);
+      scores_fma<D, R, GB>(q, c, 8 + cc, _mm512_shuffle_i32x4(x02, y02, _MM_SHUFFLE(3, 1, 3, 1)),
+                           acc);
+      const __m512i x13 = _mm512_shuffle_i32x4(r[cc], r[4 + cc], _MM_SHUFFLE(3, 1, 3, 1));
+      const __m512i y13 = _mm512_shuffle_i32x4(r[8 + cc], r[12 + cc], _MM_SHUFFLE(3, 1, 3, 1));
+      scores_fma<D, R, GB>(q, c, 4 + cc, _mm512_shuffle_i32x4(x13, y13, _MM_SHUFFLE(2, 0, 2, 0)),
+                           acc);
+      scores_fma<D, R, GB>(q, c, 12 + cc, _mm512_shuffle_i32x4(x13, y13, _MM_SHUFFLE(3, 1, 3, 1)),
+                           acc);
     }
   }
   const __mmask16 m = tail_mask16(static_cast<std::size_t>(rows));
@@ -312,7 +371,7 @@ void softmax_rows_avx512(float* probs, int G, int n) {
 
 // The output pass reads each value row 64 values (four vectors) at a time: values c .. c + 63 of
 // row j as v[0..3]. In natural order (v[i] holds c + 16i ..), except bf16 rows, read as two
-// loads of 32 and split like Keys32::transpose16: v[2h] holds the even values c + 32h + 2i, v[2h +
+// loads of 32 and split like Keys32T::transpose16: v[2h] holds the even values c + 32h + 2i, v[2h +
 // 1] the odd ones. Each product p * v is the same either way; only where it lands differs, and
 // unpermute puts it back.
 template <class R>
@@ -468,9 +527,9 @@ void attention_typed(const float* q, int G, int d, const void* keys_v, const voi
       scores_direct_heads<128, Row<T>, kDirectHeads>(G, q, keys, row_bytes, n, scale, probs);
     }
   } else if (d == 64) {
-    scores<Keys32, Row<T>, 64>(q, G, keys, row_bytes, n, scale, probs);
+    scores<Keys32T<Row<T>::kPairs>, Row<T>, 64>(q, G, keys, row_bytes, n, scale, probs);
   } else {
-    scores<Keys32, Row<T>, 128>(q, G, keys, row_bytes, n, scale, probs);
+    scores<Keys32T<Row<T>::kPairs>, Row<T>, 128>(q, G, keys, row_bytes, n, scale, probs);
   }
   softmax_rows_avx512(probs, G, n);
   if (d == 64) {
@@ -550,7 +609,8 @@ template <KvDtype T, int D>
 void attention_rows_blocked(const float* q, std::size_t q_stride, int R, int G,
                             const std::byte* keys, const std::byte* values, int n0, float scale,
                             float* out, std::size_t out_stride, float* probs) {
-  constexpr int L = Keys32::kLanes;
+  using Keys = Keys32T<Row<T>::kPairs>;
+  constexpr int L = Keys::kLanes;
   const std::size_t row_bytes = kv_row_bytes(T, D);
   const int n_last = n0 + R - 1;
   const std::size_t pstride = static_cast<std::size_t>(G) * static_cast<std::size_t>(n_last);
@@ -559,18 +619,18 @@ void attention_rows_blocked(const float* q, std::size_t q_stride, int R, int G,
     const int rows = n_last - j0 < L ? n_last - j0 : L;
     const std::byte* block = keys + static_cast<std::size_t>(j0) * row_bytes;
     if (rows == L) {
-      Keys32::transpose_block<D, Row<T>, true>(block, row_bytes, rows, kt);
+      Keys::template transpose_block<D, Row<T>, true>(block, row_bytes, rows, kt);
     } else {
-      Keys32::transpose_block<D, Row<T>, false>(block, row_bytes, rows, kt);
+      Keys::template transpose_block<D, Row<T>, false>(block, row_bytes, rows, kt);
     }
     for (int i = 0; i < R; ++i) {
       const int n = n0 + i;
       if (n <= j0) continue;
       const int ri = n - j0 < L ? n - j0 : L;
       for (int g0 = 0; g0 < G; g0 += kGroup)
-        scores_group<Keys32, D, kGroup>(G - g0 < kGroup ? G - g0 : kGroup,
-                                        q + static_cast<std::size_t>(i) * q_stride, g0, kt, n, j0,
-                                        ri, scale, probs + static_cast<std::size_t>(i) * pstride);
+        scores_group<Keys, D, kGroup>(G - g0 < kGroup ? G - g0 : kGroup,
+                                      q + static_cast<std::size_t>(i) * q_stride, g0, kt, n, j0, ri,
+                                      scale, probs + static_cast<std::size_t>(i) * pstride);
     }
   }
   rows_finish<T, D>(R, G, values, n0, out, out_stride, probs);
