@@ -134,6 +134,12 @@ inline void load_transposed16(const std::byte* block, std::size_t row_bytes, int
 // order: the same bits.
 constexpr int kTransposeOrder[16] = {0, 8, 4, 12, 1, 9, 5, 13, 2, 10, 6, 14, 3, 11, 7, 15};
 
+// Up to this many heads, the scores on bf16 pairs keep two sums a head, the even dimensions
+// and the odd ones, added at the end (decode's scores16_direct and the blocked scores_block
+// alike, so the same bits): six heads' single sums in decode are six chains of FMAs, fewer than
+// the FMA latency needs to keep both units busy.
+constexpr int kSplitSumHeads = 6;
+
 // The width-specific part of the blocked kernel (see attention_blocked.h). A block is 32 keys,
 // two vectors: each step of the scores then broadcasts a query value once for two FMAs, and a
 // group of heads keeps twice as many independent sums (8 heads: 16) as the FMA latency needs.
@@ -183,21 +189,27 @@ struct Keys32T {
   template <int D, int GB>
   static void scores_block(const float* q, int g0, const float* kt, int n, int j0, int rows,
                            float scale, float* probs) {
-    __m512 acc[GB][2];
-    for (int g = 0; g < GB; ++g) acc[g][0] = acc[g][1] = _mm512_setzero_ps();
+    // Split: the odd dimensions' sums apart (acc[GB + g]), as decode's scores16_direct keeps them.
+    constexpr bool kSplit = Pairs && GB <= kSplitSumHeads;
+    __m512 acc[kSplit ? 2 * GB : GB][2];
+    for (auto& a : acc) a[0] = a[1] = _mm512_setzero_ps();
     constexpr int kStep = Pairs ? 32 : 16, kPer = Pairs ? 2 : 1;
     for (int c = 0; c < D; c += kStep)
       for (int i = 0; i < 16; ++i)
         for (int e = 0; e < kPer; ++e) {
           const int k = c + kPer * kTransposeOrder[i] + e;
+          const int a0 = kSplit && e == 1 ? GB : 0;
           const __m512 k0 = _mm512_load_ps(kt + k * kLanes);
           const __m512 k1 = _mm512_load_ps(kt + k * kLanes + 16);
           for (int g = 0; g < GB; ++g) {
             const __m512 qk = _mm512_set1_ps(q[(g0 + g) * D + k]);
-            acc[g][0] = _mm512_fmadd_ps(qk, k0, acc[g][0]);
-            acc[g][1] = _mm512_fmadd_ps(qk, k1, acc[g][1]);
+            acc[a0 + g][0] = _mm512_fmadd_ps(qk, k0, acc[a0 + g][0]);
+            acc[a0 + g][1] = _mm512_fmadd_ps(qk, k1, acc[a0 + g][1]);
           }
         }
+    if constexpr (kSplit)
+      for (int g = 0; g < GB; ++g)
+        for (int h = 0; h < 2; ++h) acc[g][h] = _mm512_add_ps(acc[g][h], acc[GB + g][h]);
     const __mmask16 m0 = tail_mask16(static_cast<std::size_t>(rows));
     const __mmask16 m1 = tail_mask16(static_cast<std::size_t>(rows > 16 ? rows - 16 : 0));
     const __m512 s = _mm512_set1_ps(scale);
@@ -220,19 +232,21 @@ struct Keys32T {
 // L2 (docs/PERFORMANCE-LOG.md).
 constexpr int kDirectHeads = 8;  // 8 sums, the 16 rows and 3 temporaries fit the 32 registers
 
-// One output of the transpose (dimension pair p of the 16 keys, or dimension p) into the GB sums.
-template <int D, class R, int GB>
+// One output of the transpose (dimension pair p of the 16 keys, or dimension p) into the GB sums
+// (acc[GB + g]: head g's odd dimensions when split).
+template <int D, class R, int GB, bool Split>
 __attribute__((always_inline)) inline void scores_fma(const float* q, int c, int p, __m512i r,
-                                                      __m512 acc[GB]) {
+                                                      __m512* acc) {
   if constexpr (R::kPairs) {
     __m512i even, odd;
     split_bf16_pairs(r, even, odd);
     for (int g = 0; g < GB; ++g)
       acc[g] =
           _mm512_fmadd_ps(_mm512_set1_ps(q[g * D + c + 2 * p]), _mm512_castsi512_ps(even), acc[g]);
+    constexpr int kOdd = Split ? GB : 0;
     for (int g = 0; g < GB; ++g)
-      acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * D + c + 2 * p + 1]), _mm512_castsi512_ps(odd),
-                               acc[g]);
+      acc[kOdd + g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * D + c + 2 * p + 1]),
+                                      _mm512_castsi512_ps(odd), acc[kOdd + g]);
   } else {
     for (int g = 0; g < GB; ++g)
       acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * D + c + p]), _mm512_castsi512_ps(r), acc[g]);
@@ -242,8 +256,9 @@ __attribute__((always_inline)) inline void scores_fma(const float* q, int c, int
 template <int D, class R, int GB, bool Full>
 void scores16_direct(const float* q, const std::byte* block, std::size_t row_bytes, int rows,
                      float scale, float* p, std::size_t n) {
-  __m512 acc[GB];
-  for (int g = 0; g < GB; ++g) acc[g] = _mm512_setzero_ps();
+  constexpr bool kSplit = R::kPairs && GB <= kSplitSumHeads;
+  __m512 acc[kSplit ? 2 * GB : GB];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
   constexpr int kStep = R::kPairs ? 32 : 16;
   for (int c = 0; c < D; c += kStep) {
     __m512i r[16];
@@ -280,17 +295,20 @@ void scores16_direct(const float* q, const std::byte* block, std::size_t row_byt
     for (int cc = 0; cc < 4; ++cc) {
       const __m512i x02 = _mm512_shuffle_i32x4(r[cc], r[4 + cc], _MM_SHUFFLE(2, 0, 2, 0));
       const __m512i y02 = _mm512_shuffle_i32x4(r[8 + cc], r[12 + cc], _MM_SHUFFLE(2, 0, 2, 0));
-      scores_fma<D, R, GB>(q, c, cc, _mm512_shuffle_i32x4(x02, y02, _MM_SHUFFLE(2, 0, 2, 0)), acc);
-      scores_fma<D, R, GB>(q, c, 8 + cc, _mm512_shuffle_i32x4(x02, y02, _MM_SHUFFLE(3, 1, 3, 1)),
-                           acc);
+      scores_fma<D, R, GB, kSplit>(q, c, cc,
+                                   _mm512_shuffle_i32x4(x02, y02, _MM_SHUFFLE(2, 0, 2, 0)), acc);
+      scores_fma<D, R, GB, kSplit>(q, c, 8 + cc,
+                                   _mm512_shuffle_i32x4(x02, y02, _MM_SHUFFLE(3, 1, 3, 1)), acc);
       const __m512i x13 = _mm512_shuffle_i32x4(r[cc], r[4 + cc], _MM_SHUFFLE(3, 1, 3, 1));
       const __m512i y13 = _mm512_shuffle_i32x4(r[8 + cc], r[12 + cc], _MM_SHUFFLE(3, 1, 3, 1));
-      scores_fma<D, R, GB>(q, c, 4 + cc, _mm512_shuffle_i32x4(x13, y13, _MM_SHUFFLE(2, 0, 2, 0)),
-                           acc);
-      scores_fma<D, R, GB>(q, c, 12 + cc, _mm512_shuffle_i32x4(x13, y13, _MM_SHUFFLE(3, 1, 3, 1)),
-                           acc);
+      scores_fma<D, R, GB, kSplit>(q, c, 4 + cc,
+                                   _mm512_shuffle_i32x4(x13, y13, _MM_SHUFFLE(2, 0, 2, 0)), acc);
+      scores_fma<D, R, GB, kSplit>(q, c, 12 + cc,
+                                   _mm512_shuffle_i32x4(x13, y13, _MM_SHUFFLE(3, 1, 3, 1)), acc);
     }
   }
+  if constexpr (kSplit)
+    for (int g = 0; g < GB; ++g) acc[g] = _mm512_add_ps(acc[g], acc[GB + g]);
   const __mmask16 m = tail_mask16(static_cast<std::size_t>(rows));
   const __m512 s = _mm512_set1_ps(scale);
   for (int g = 0; g < GB; ++g) _mm512_mask_storeu_ps(p + g * n, m, _mm512_mul_ps(acc[g], s));
