@@ -139,6 +139,9 @@ constexpr int kTransposeOrder[16] = {0, 8, 4, 12, 1, 9, 5, 13, 2, 10, 6, 14, 3, 
 // alike, so the same bits): six heads' single sums in decode are six chains of FMAs, fewer than
 // the FMA latency needs to keep both units busy.
 constexpr int kSplitSumHeads = 6;
+// Whether GB heads' scores on bf16 pairs (Pairs) keep the two sums: the one rule both kernels take.
+template <bool Pairs, int GB>
+constexpr bool kSplitSums = (Pairs && GB <= kSplitSumHeads);
 
 // The width-specific part of the blocked kernel (see attention_blocked.h). A block is 32 keys,
 // two vectors: each step of the scores then broadcasts a query value once for two FMAs, and a
@@ -190,7 +193,7 @@ struct Keys32T {
   static void scores_block(const float* q, int g0, const float* kt, int n, int j0, int rows,
                            float scale, float* probs) {
     // Split: the odd dimensions' sums apart (acc[GB + g]), as decode's scores16_direct keeps them.
-    constexpr bool kSplit = Pairs && GB <= kSplitSumHeads;
+    constexpr bool kSplit = kSplitSums<Pairs, GB>;
     __m512 acc[kSplit ? 2 * GB : GB][2];
     for (auto& a : acc) a[0] = a[1] = _mm512_setzero_ps();
     constexpr int kStep = Pairs ? 32 : 16, kPer = Pairs ? 2 : 1;
@@ -256,7 +259,7 @@ __attribute__((always_inline)) inline void scores_fma(const float* q, int c, int
 template <int D, class R, int GB, bool Full>
 void scores16_direct(const float* q, const std::byte* block, std::size_t row_bytes, int rows,
                      float scale, float* p, std::size_t n) {
-  constexpr bool kSplit = R::kPairs && GB <= kSplitSumHeads;
+  constexpr bool kSplit = kSplitSums<R::kPairs, GB>;
   __m512 acc[kSplit ? 2 * GB : GB];
   for (__m512& a : acc) a = _mm512_setzero_ps();
   constexpr int kStep = R::kPairs ? 32 : 16;
