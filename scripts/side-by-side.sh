@@ -22,7 +22,10 @@
 # llama.cpp figure's fraction is rkv's scaled by the two engines' speeds, the work per token
 # being the same), and the CPU model, its ISA, both commits (as each binary reports its own) and
 # the date. Below it, for each compressed deep test, a line with its ratio to rkv's depth-0 speed
-# and each round's two figures.
+# and each round's two figures: that depth 0 is decoded by the budget's own run, one step in turn
+# with the deep depths (bench-decode --interleave, since 2026-12-02: before, the full cache's
+# depth 0 of the round, measured minutes apart, on machines whose memory speed moves by tens of
+# percent within minutes).
 #
 # llama.cpp is not part of rkv: fetch and build it yourself, e.g. (docs/PERFORMANCE.md says which
 # build each table used; on a CPU with AMX, build without AMX, whose kernels die with SIGILL on
@@ -44,8 +47,8 @@
 #   RKV_FULL_DEPTHS
 #                depths at which rkv also decodes with its full cache (default: DEPTHS; e.g. 0
 #                to skip the full cache's fill at 16384 when only the budget's row is wanted
-#                there: that row's rkv columns then read "-", and the line under the table
-#                gives the budget's speed against rkv's full cache at depth 0)
+#                there: that row's rkv columns then read "-"; the line under the table
+#                gives the budget's speed against its own depth 0 as always)
 #   LLAMA_DEEP_ROUNDS
 #                the first rounds in which llama.cpp also decodes at the depths above the budget
 #                (default: every round; 1 fills its full cache to 16384 once, about 17 minutes
@@ -136,9 +139,11 @@ for ((r = 1; r <= rounds; r++)); do
     esac
     if [ -n "$deep" ]; then
       echo "side-by-side: round $r/$rounds, $name: rkv at budget $budget" >&2
-      "$rkv" bench-decode -m "$file" -t "$threads" -p 0 -n "$n_gen" -d "$deep" -r "$rkv_reps" --no-limits \
-        --device cpu --kv-method rkv --kv-budget "$budget" --kv-buffer 128 --fill "$rkv_fill" \
-        --json "$out/$name.budget.$r.json" >/dev/null 2>&1
+      # Depth 0 decoded in turn with the deep ones (--interleave): the budget's speed against its
+      # own depth 0 under the same conditions.
+      "$rkv" bench-decode -m "$file" -t "$threads" -p 0 -n "$n_gen" -d "0,$deep" -r "$rkv_reps" \
+        --no-limits --interleave --device cpu --kv-method rkv --kv-budget "$budget" \
+        --kv-buffer 128 --fill "$rkv_fill" --json "$out/$name.budget.$r.json" >/dev/null 2>&1
     fi
   done
 done
@@ -211,6 +216,10 @@ for name in names:
                 runs.append(rkv_rows(f"{out}/{name}.{extra}.{r}.json")[0])
             except FileNotFoundError:
                 runs.append({})
+    # The budget run's depth 0 (decoded in turn with its deep depths) is its reference, not a
+    # row of the table.
+    bd0 = [{k: v for k, v in b.items() if k[1] == 0} for b in bd]
+    bd = [{k: v for k, v in b.items() if k[1] != 0} for b in bd]
     # rkv's full-cache rows first, then depths only llama.cpp and the budget ran
     # (RKV_FULL_DEPTHS below DEPTHS)
     keys = list(rk[0]) + sorted(k for k in bd[0] if k not in rk[0])
@@ -218,19 +227,19 @@ for name in names:
         lt = [ll[r][key] for r in range(rounds) if key in ll[r]]  # LLAMA_DEEP_ROUNDS
         budget_t = [bd[r][key][0] for r in range(rounds) if key in bd[r]]
         test = key[0] + ("" if key[0].startswith("pp") else " @ %d" % key[1])
+        depth0 = [bd0[r][(key[0], 0)][0] for r in range(rounds) if (key[0], 0) in bd0[r]]
+        if budget_t and len(depth0) == len(budget_t):
+            notes.append("%s: rkv at R-KV budget %s, %s: %.1f tokens/s, %.0f%% of its depth 0 "
+                         "decoded in turn with it (%.1f; the median of the per-round ratios; "
+                         "rounds, depth 0 -> %s: %s)" % (
+                             name, budget, test, med(budget_t),
+                             100 * med([b / a for a, b in zip(depth0, budget_t)]),
+                             med(depth0), test,
+                             ", ".join("%.1f -> %.1f (%.0f%%)" % (a, b, 100 * b / a)
+                                       for a, b in zip(depth0, budget_t))))
         if key not in rk[0]:
             table.append("| %s | %s | %s | - | - | - | - | %.1f |" % (
                 name, test, llama_cell(lt), med(budget_t)))
-            depth0 = [rk[r][(key[0], 0)][0] for r in range(rounds) if (key[0], 0) in rk[r]]
-            if len(depth0) == rounds:
-                notes.append("%s: rkv at R-KV budget %s, %s: %.1f tokens/s, %.0f%% of rkv's full "
-                             "cache at depth 0 (%.1f; the median of the per-round ratios; "
-                             "rounds, depth 0 -> %s: %s)" % (
-                                 name, budget, test, med(budget_t),
-                                 100 * med([b / a for a, b in zip(depth0, budget_t)]),
-                                 med(depth0), test,
-                                 ", ".join("%.1f -> %.1f (%.0f%%)" % (a, b, 100 * b / a)
-                                           for a, b in zip(depth0, budget_t))))
             continue
         rt = [rk[r][key][0] for r in range(rounds)]
         fr = [rk[r][key][1] for r in range(rounds)]

@@ -220,6 +220,53 @@ TEST(BenchDecodeCli, StreamFillCompressesWhereDecodingWould) {
   EXPECT_NE(err.find("--fill"), std::string::npos) << err;
 }
 
+// --interleave: the depths' caches are filled first and their decode steps then take turns, so
+// with one repetition every depth's row is read against one limit, measured around the whole
+// group; each depth still decodes exactly what it would alone (R-KV at budget 32, buffer 16:
+// depth 100 is compressed once per layer to 32 entries and the 4 decoded tokens add 4, 36; depth
+// 8 is under the budget and holds 8 + 4 = 12), and its bytes are the formula's: every matrix
+// once a step, and the entries each step reads (those held before it plus its own, every layer).
+TEST(BenchDecodeCli, InterleavedDepthsShareOneLimitAndDecodeAsAlone) {
+  const test::TempDir dir("bench-decode-interleave");
+  RandomCheckpointOptions options;
+  options.shape = "tiny";
+  write_random_checkpoint(dir.path() / "model", options);
+  const std::string json = (dir.path() / "r.json").string();
+  std::string out;
+  ASSERT_EQ(
+      test::run_command(test::rkv_binary() + " bench-decode -m " + (dir.path() / "model").string() +
+                            " -t 1 -p 0 -n 4 --depths 8,100 --kv-method rkv --kv-budget 32 "
+                            "--kv-buffer 16 --kv-dtype f32 --interleave --json " +
+                            json + " 2>&1",
+                        out),
+      0)
+      << out;
+  const auto doc = test::read_json(json);
+  EXPECT_EQ(doc["interleaved"], true);
+  const auto rows = doc["results"];
+  ASSERT_EQ(rows.size(), 2u) << rows.dump();
+  EXPECT_EQ(rows[0]["depth"], 8);
+  EXPECT_EQ(rows[1]["depth"], 100);
+  EXPECT_EQ(rows[0]["limit_before"], rows[1]["limit_before"]) << rows.dump();
+  EXPECT_EQ(rows[0]["limit_after"], rows[1]["limit_after"]) << rows.dump();
+  EXPECT_EQ(rows[0]["compressions"], 0) << rows.dump();
+  EXPECT_EQ(rows[0]["entries_per_head"], 12) << rows.dump();
+  EXPECT_EQ(rows[1]["compressions"], 4) << rows.dump();
+  EXPECT_EQ(rows[1]["entries_per_head"], 36) << rows.dump();
+  const double matrices = doc["matmul_bytes"];
+  // An f32 cache of the tiny shape's 2 KV heads of 32: keys and values, 512 bytes an entry of a
+  // layer; 4 layers.
+  const double entry = 2.0 * 2 * 32 * 4;
+  for (const auto& [k, held] : {std::pair{0, 8}, std::pair{1, 32}}) {
+    double bytes = 0.0;
+    for (int i = 0; i < 4; ++i) bytes += matrices + 4.0 * (held + i + 1) * entry;
+    const auto& row = rows[static_cast<std::size_t>(k)];
+    EXPECT_NEAR(row["gb_per_s"].get<double>() * row["seconds"].get<double>() * 1e9, bytes,
+                1e-9 * bytes)
+        << row.dump();
+  }
+}
+
 TEST(SvgPlot, DrawsEverySeriesWithItsPoints) {
   const std::string svg = render_line_plot({{"a", {0, 1, 2}, {1, 2, 3}}, {"b <c>", {0, 2}, {3, 1}}},
                                            {"title", "x", "y", true, true});

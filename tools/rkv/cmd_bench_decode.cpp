@@ -39,6 +39,7 @@ struct Args {
   int threads = 1;
   bool no_limits = false;
   bool no_warmup = false;
+  bool interleave = false;
   std::string fill = "prefill";
   std::string json_out;
   std::shared_ptr<KvOptions> kv = std::make_shared<KvOptions>();
@@ -73,6 +74,12 @@ void setup(CLI::App& app) {
                   "fill's attention never spans the whole depth; at a depth that is a multiple "
                   "of the buffer the decode test then reads as many entries as after prefill)")
       ->check(CLI::IsMember({"prefill", "stream"}));
+  app.add_flag("--interleave", args->interleave,
+               "Run the decode tests of all depths side by side: fill every depth's cache "
+               "first, then time one step of each depth in turn, so that their speeds are "
+               "measured under the same conditions (a shared machine's memory speed can move by "
+               "tens of percent within minutes) and the ratios between depths mean something; "
+               "the limit is measured around the whole group, and every cache is held at once");
   add_flag_option(app, "--json", args->json_out, "Also write the results to this JSON file");
   app.add_flag("--no-warmup", args->no_warmup,
                "Skip the untimed warm-up before the tests (as llama-bench: one prompt of the "
@@ -248,81 +255,115 @@ void setup(CLI::App& app) {
     }
     // --fill stream (for a method that compresses; any other fills as prefill does).
     const bool stream = args->fill == "stream" && kv_params.info().compresses;
-    for (int depth : args->n_gen > 0 ? depths : std::vector<int>{}) {
-      double best = 1e30, best_compress = 0.0, best_bytes = 0.0;
-      Limit best_limit;
-      std::int64_t compressions = 0;
-      int entries = 0;
-      for (int rep = 0; rep < args->repetitions; ++rep) {
-        // A streamed fill's tokens arrive as generated ones do: the cache is sized as for them.
-        const std::unique_ptr<KvMemory> owned =
-            stream ? new_memory(0, depth + args->n_gen) : new_memory(depth, args->n_gen);
-        KvMemory& memory = *owned;
-        KvMemory* const memories[] = {&memory};
-        const KvCache& cache = memory.cache();
-        if (depth > 0) {
-          std::fprintf(stderr, "bench-decode: filling the cache to depth %d (%s)...\n", depth,
-                       stream ? "streamed" : "prefill");
-          const std::vector<int> fill = random_tokens(depth);
-          std::vector<ForwardRow> rows;
-          std::vector<KvMemory*> row_memory;
-          // stream: a batch of `buffer` tokens ends where decoding's trigger fires (every
-          // buffer tokens), and the compression follows it; a last, shorter batch has none.
-          const int batch = stream ? kv_params.buffer : 512;
-          for (int begin = 0; begin < depth; begin += batch) {
-            rows.clear();
-            const int end = std::min(depth, begin + batch);
-            for (int p = begin; p < end; ++p)
-              rows.push_back({memory.cache_for_appends(), fill[static_cast<std::size_t>(p)], p});
-            row_memory.assign(rows.size(), &memory);
-            runner.run(rows, row_memory, nullptr);
-            if (stream && end % batch == 0) memory.compress_all_layers(end, &pool);
-          }
-          if (!stream) memory.compress_all_layers(depth, &pool);
+    // One decode test in progress: its sequence's memory, filled to `depth`, and what its timed
+    // steps have taken so far.
+    struct Decode {
+      int depth = 0;
+      std::unique_ptr<KvMemory> memory;
+      int token = 0;
+      double seconds = 0.0, bytes = 0.0, compress_before = 0.0;
+    };
+    auto start_decode = [&](int depth) {
+      Decode d;
+      d.depth = depth;
+      // A streamed fill's tokens arrive as generated ones do: the cache is sized as for them.
+      d.memory = stream ? new_memory(0, depth + args->n_gen) : new_memory(depth, args->n_gen);
+      KvMemory& memory = *d.memory;
+      if (depth > 0) {
+        std::fprintf(stderr, "bench-decode: filling the cache to depth %d (%s)...\n", depth,
+                     stream ? "streamed" : "prefill");
+        const std::vector<int> fill = random_tokens(depth);
+        std::vector<ForwardRow> rows;
+        std::vector<KvMemory*> row_memory;
+        // stream: a batch of `buffer` tokens ends where decoding's trigger fires (every
+        // buffer tokens), and the compression follows it; a last, shorter batch has none.
+        const int batch = stream ? kv_params.buffer : 512;
+        for (int begin = 0; begin < depth; begin += batch) {
+          rows.clear();
+          const int end = std::min(depth, begin + batch);
+          for (int p = begin; p < end; ++p)
+            rows.push_back({memory.cache_for_appends(), fill[static_cast<std::size_t>(p)], p});
+          row_memory.assign(rows.size(), &memory);
+          runner.run(rows, row_memory, nullptr);
+          if (stream && end % batch == 0) memory.compress_all_layers(end, &pool);
         }
-        int token = static_cast<int>(rng.next() % static_cast<std::uint64_t>(c.vocab_size));
-        const double compress_before = memory.compression_seconds();
-        // Bytes a step reads: every matrix once, and the keys and values its attention reads
-        // (the entries held before the step plus the new one, in every layer).
-        double bytes = 0.0;
+        if (!stream) memory.compress_all_layers(depth, &pool);
+      }
+      d.token = static_cast<int>(rng.next() % static_cast<std::uint64_t>(c.vocab_size));
+      d.compress_before = memory.compression_seconds();
+      return d;
+    };
+    // Decode step `i` of a test, timed. Bytes a step reads: every matrix once, and the keys and
+    // values its attention reads (the entries held before the step plus the new one, in every
+    // layer).
+    auto decode_step = [&](Decode& d, int i) {
+      KvMemory& memory = *d.memory;
+      KvMemory* const memories[] = {&memory};
+      std::size_t held = 0;
+      // (The cache layers: a sliding window's or DeltaNet's constant state aside.)
+      for (int l = 0; l < c.kv_layers(); ++l)
+        held += static_cast<std::size_t>(memory.cache().length(l));
+      d.bytes += static_cast<double>(matmuls.bytes) +
+                 (static_cast<double>(held) + c.kv_layers()) * kv_entry_bytes;
+      const double t0 = now_seconds();
+      memory.begin_decode_step(d.token, d.depth + i);
+      const ForwardRow row{memory.cache_for_appends(), d.token, d.depth + i, true};
+      runner.run({&row, 1}, memories, logits.data());
+      d.token = argmax(logits.data(), c.vocab_size);
+      d.seconds += now_seconds() - t0;
+    };
+    // The depths' tests one after another, or with --interleave all in one group whose caches are
+    // filled first and whose steps then take turns, one step of each depth at a time: on a
+    // machine whose memory speed moves by tens of percent within minutes, the depths' speeds
+    // are then measured under the same conditions and their ratios mean something.
+    std::vector<std::vector<int>> groups;
+    if (args->n_gen > 0 && args->interleave)
+      groups.push_back(depths);
+    else if (args->n_gen > 0)
+      for (int depth : depths) groups.push_back({depth});
+    for (const std::vector<int>& group : groups) {
+      struct Best {
+        double seconds = 1e30, compress = 0.0, bytes = 0.0;
+        Limit limit;
+        std::int64_t compressions = 0;
+        int entries = 0;
+      };
+      std::vector<Best> best(group.size());
+      for (int rep = 0; rep < args->repetitions; ++rep) {
+        std::vector<Decode> tests;
+        for (int depth : group) tests.push_back(start_decode(depth));
         Limit limit;
         limit.before = limit_now(false);
-        const double t0 = now_seconds();
-        for (int i = 0; i < args->n_gen; ++i) {
-          std::size_t held = 0;
-          // (The cache layers: a sliding window's or DeltaNet's constant state aside.)
-          for (int l = 0; l < c.kv_layers(); ++l) held += static_cast<std::size_t>(cache.length(l));
-          bytes += static_cast<double>(matmuls.bytes) +
-                   (static_cast<double>(held) + c.kv_layers()) * kv_entry_bytes;
-          memory.begin_decode_step(token, depth + i);
-          const ForwardRow row{memory.cache_for_appends(), token, depth + i, true};
-          runner.run({&row, 1}, memories, logits.data());
-          token = argmax(logits.data(), c.vocab_size);
-        }
-        const double elapsed = now_seconds() - t0;
+        for (int i = 0; i < args->n_gen; ++i)
+          for (Decode& d : tests) decode_step(d, i);
         limit.after = limit_now(false);
-        if (elapsed < best) {
-          best = elapsed;
-          best_limit = limit;
-          best_bytes = bytes;
-          best_compress = memory.compression_seconds() - compress_before;
-          compressions = memory.compressions();
-          entries = cache.length(0);
+        for (std::size_t k = 0; k < tests.size(); ++k) {
+          const Decode& d = tests[k];
+          if (d.seconds >= best[k].seconds) continue;
+          best[k] = {d.seconds,
+                     d.memory->compression_seconds() - d.compress_before,
+                     d.bytes,
+                     limit,
+                     d.memory->compressions(),
+                     d.memory->cache().length(0)};
         }
       }
-      report("tg" + std::to_string(args->n_gen), depth, args->n_gen, best, best_bytes, false,
-             best_limit);
-      if (kv_params.info().compresses) {
-        std::printf(
-            "|   %s: %lld layer compressions, %.3f s (%.1f%% of decode), %d entries per head at "
-            "the end |\n",
-            std::string(method_name(kv_params.method)).c_str(),
-            static_cast<long long>(compressions), best_compress, 100.0 * best_compress / best,
-            entries);
-        results.back()["compression_seconds"] = best_compress;
-        results.back()["compressions"] = compressions;
-        results.back()["compression_share"] = best_compress / best;
-        results.back()["entries_per_head"] = entries;
+      for (std::size_t k = 0; k < group.size(); ++k) {
+        const Best& b = best[k];
+        report("tg" + std::to_string(args->n_gen), group[k], args->n_gen, b.seconds, b.bytes, false,
+               b.limit);
+        if (kv_params.info().compresses) {
+          std::printf(
+              "|   %s: %lld layer compressions, %.3f s (%.1f%% of decode), %d entries per head "
+              "at the end |\n",
+              std::string(method_name(kv_params.method)).c_str(),
+              static_cast<long long>(b.compressions), b.compress, 100.0 * b.compress / b.seconds,
+              b.entries);
+          results.back()["compression_seconds"] = b.compress;
+          results.back()["compressions"] = b.compressions;
+          results.back()["compression_share"] = b.compress / b.seconds;
+          results.back()["entries_per_head"] = b.entries;
+        }
       }
     }
     if (!args->json_out.empty()) {
@@ -340,6 +381,7 @@ void setup(CLI::App& app) {
                             {"matmul_precision", args->matmul_precision},
                             {"attention_precision", args->attention_precision},
                             {"fill", args->fill},
+                            {"interleaved", args->interleave},
                             {"results", results}};
       if (limits)  // the GPU's, measured once
         out["machine_limits"] = {{"read_gb_per_s", limits->read_gb_per_s},
