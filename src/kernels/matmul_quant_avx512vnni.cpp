@@ -414,9 +414,10 @@ inline __m512i superblock_pair(const std::uint8_t* blk, int p) {
 // as M = the sum of m[g] * bsum[g] over the sixteen groups, exact in int32 (vpmaddwd: eight
 // lanes of two groups), into a second accumulator: accm += M * (dmin * dx), subtracted from acc
 // at the end (sixteen float products a super-block before 2026-12-01).
+// The R weight rows are rs bytes apart (rb: adjacent rows) and their outputs ys floats apart.
 template <DType D, int R, int TT>
 void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x, std::size_t K,
-            std::size_t t0, float* y, std::size_t ldy) {
+            std::size_t t0, float* y, std::size_t ldy, std::size_t rs, std::size_t ys) {
   const std::size_t pf = kPrefetchRows * rb;
   constexpr std::size_t kBytes = D == DType::Q4_K ? 144 : 210;
   const std::size_t nsb = K / 256, ng = K / 16;
@@ -451,7 +452,7 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
     float d[R], dmin[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      const std::uint8_t* blk = w + r * rb + sb * kBytes;
+      const std::uint8_t* blk = w + r * rs + sb * kBytes;
       for (std::size_t off = 0; off < kBytes; off += 64) prefetch_ahead(blk + off, pf);
       if constexpr (D == DType::Q4_K) {
         std::uint64_t sc8, m8;
@@ -481,7 +482,7 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
       const __m512i pick = _mm512_load_si512(kPick[static_cast<std::size_t>(p)].data());
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const std::uint8_t* blk = w + r * rb + sb * kBytes;
+        const std::uint8_t* blk = w + r * rs + sb * kBytes;
         const __m512i u = D == DType::Q4_K ? q4k_tile_pair(blk, p) : superblock_pair<D>(blk, p);
         const __m512i scale = _mm512_permutexvar_epi16(pick, sc16[r]);
 #pragma GCC unroll 4
@@ -510,7 +511,7 @@ void tile_k(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks
   for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
-      y[t * ldy + r] = hsum(_mm512_sub_ps(acc[r][t], _mm512_zextps256_ps512(accm[r][t])));
+      y[t * ldy + r * ys] = hsum(_mm512_sub_ps(acc[r][t], _mm512_zextps256_ps512(accm[r][t])));
 }
 
 // This ISA's tile for quant_rows.h.
@@ -523,9 +524,19 @@ struct Tile {
   static void run(const std::uint8_t* w, std::size_t rb, const quant::ActivationBlocks& x,
                   std::size_t K, std::size_t t0, float* y, std::size_t ldy) {
     if constexpr (D == DType::Q4_K || D == DType::Q6_K)
-      tile_k<D, R, TT>(w, rb, x, K, t0, y, ldy);
+      tile_k<D, R, TT>(w, rb, x, K, t0, y, ldy, rb, 1);
     else
       tile<D, R, TT>(w, rb, x, K, t0, y, ldy);
+  }
+
+  // Decode of Q4_K / Q6_K: the rows [n0, n1) as two sequential streams, the first half and the
+  // second, one row of each at a time (quant_rows.h): two rows' independent sums where one row's
+  // instructions alone leave the core idle, and still two runs of adjacent rows for the hardware
+  // prefetcher (two adjacent rows at a time ran slower from memory: each stream skipped a row).
+  static constexpr bool kDecodeHalves = D == DType::Q4_K || D == DType::Q6_K;
+  static void decode_pair(const std::uint8_t* w, std::size_t rb, std::size_t apart,
+                          const quant::ActivationBlocks& x, std::size_t K, float* y) {
+    tile_k<D, 2, 1>(w, rb, x, K, 0, y, 1, apart * rb, apart);
   }
 };
 

@@ -57,8 +57,17 @@ void quant_rows_of(const quant::ActivationBlocks& x, std::size_t T, const Weight
   const auto* base = static_cast<const std::uint8_t*>(w.data);
   constexpr int kR = kQuantTileRows;
   if (Tile<D>::kDecodeRowByRow && T == 1) {
-    for (std::size_t n = n0; n < n1; ++n)
-      quant_tile_rows<Tile, D, 1>(base + n * rb, rb, x, K, 0, 1, y + n, ldy);
+    std::size_t n = n0;
+    if constexpr (requires { Tile<D>::kDecodeHalves; }) {
+      if constexpr (Tile<D>::kDecodeHalves) {
+        // Row i of the first half with row i of the second, then the odd row left.
+        const std::size_t half = (n1 - n0) / 2;
+        for (std::size_t i = 0; i < half; ++i)
+          Tile<D>::decode_pair(base + (n0 + i) * rb, rb, half, x, K, y + n0 + i);
+        n = n0 + 2 * half;
+      }
+    }
+    for (; n < n1; ++n) quant_tile_rows<Tile, D, 1>(base + n * rb, rb, x, K, 0, 1, y + n, ldy);
     return;
   }
   for (std::size_t tc = 0; tc < T; tc += kQuantTChunk) {
