@@ -332,10 +332,12 @@ void decoded_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightV
   }
 }
 
-// Q8_0 / Q4_0 / Q5_0 / MXFP4 decode (one activation row): rows [n0, n1) of w, one at a time (a
-// single stream for the hardware prefetcher), with the activation side of every block pair (its
-// XPair: the bytes, offset sums and scales, which tile<D, 1, 1> recomputes for each weight row)
-// laid out once per call, and tile's own accumulate: the same bits.
+// Q8_0 / Q4_0 / Q5_0 / MXFP4 decode (one activation row): rows [n0, n1) of w as two sequential
+// streams, row i of the first half beside row i of the second (two independent sums; each stream
+// reads adjacent rows, for the hardware prefetcher), then the odd row left, with the activation
+// side of every block pair (its XPair: the bytes, offset sums and scales, which tile<D, 1, 1>
+// recomputes for each weight row) laid out once per call, and tile's own accumulate: the same
+// bits.
 template <DType D>
 void decode_rows(const quant::ActivationBlocks& x, const WeightView& w, std::size_t n0,
                  std::size_t n1, float* y, Scratch& scratch) {
@@ -347,20 +349,29 @@ void decode_rows(const quant::ActivationBlocks& x, const WeightView& w, std::siz
   for (std::size_t p = 0; p < np; ++p) xp[p].load(x, K, nb, 0, 2 * p, 2 * p + 1 < nb);
   const std::size_t full = nb / 2;  // pairs with both blocks
   const auto* base = static_cast<const std::uint8_t*>(w.data);
-  for (std::size_t n = n0; n < n1; ++n) {
-    const std::uint8_t* row = base + n * rb;
-    __m512 acc[1] = {_mm512_setzero_ps()};
+  // Rows n and n + apart (count 2), or row n alone (count 1).
+  const auto rows = [&](auto count, std::size_t n, std::size_t apart) {
+    constexpr int kRows = decltype(count)::value;
+    const std::uint8_t* row[2] = {base + n * rb, base + (n + apart) * rb};
+    __m512 acc[2][1] = {{_mm512_setzero_ps()}, {_mm512_setzero_ps()}};
     const auto pair = [&](std::size_t p, bool two) {
       const std::size_t b = 2 * p;
-      prefetch_ahead(row + b * dtype_size(D), pf);
-      float f0, f1;
-      const __m512i u = decode_pair<D>(row, b, two, f0, f1);
-      accumulate<D, 1>(u, halves(f0, f1), xp[p], acc);
+#pragma GCC unroll 2
+      for (int r = 0; r < kRows; ++r) {
+        prefetch_ahead(row[r] + b * dtype_size(D), pf);
+        float f0, f1;
+        const __m512i u = decode_pair<D>(row[r], b, two, f0, f1);
+        accumulate<D, 1>(u, halves(f0, f1), xp[p], acc[r]);
+      }
     };
     for (std::size_t p = 0; p < full; ++p) pair(p, true);
     if (full < np) pair(full, false);
-    y[n] = hsum(acc[0]);
-  }
+    y[n] = hsum(acc[0][0]);
+    if constexpr (kRows == 2) y[n + apart] = hsum(acc[1][0]);
+  };
+  const std::size_t half = (n1 - n0) / 2;
+  for (std::size_t i = 0; i < half; ++i) rows(std::integral_constant<int, 2>{}, n0 + i, half);
+  if (n0 + 2 * half < n1) rows(std::integral_constant<int, 1>{}, n1 - 1, 0);
 }
 
 // Q4_K on the tiles: its sub-blocks in the order kQ4kTileOrder, two at a time. Sub-block 2p is
