@@ -16,6 +16,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A tiny random checkpoint at dir/model, and the start of a `rkv bench-decode` command on it.
+std::string tiny_bench_decode(const test::TempDir& dir) {
+  RandomCheckpointOptions options;
+  options.shape = "tiny";
+  write_random_checkpoint(dir.path() / "model", options);
+  return test::rkv_binary() + " bench-decode -m " + (dir.path() / "model").string();
+}
+
 TEST(BenchCli, TableRowsAndBatchMax) {
   const fs::path dir = fs::temp_directory_path() / ("rkv-bench-" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -113,16 +121,12 @@ TEST(BenchDecodeCli, PromptAloneAndPlainCountErrors) {
 // the row's own rate over it.
 TEST(BenchDecodeCli, EveryRowIsReadAgainstTheLimitAroundIt) {
   const test::TempDir dir("bench-decode-limits");
-  RandomCheckpointOptions options;
-  options.shape = "tiny";
-  write_random_checkpoint(dir.path() / "model", options);
   const std::string json = (dir.path() / "r.json").string();
   std::string out;
-  ASSERT_EQ(
-      test::run_command(test::rkv_binary() + " bench-decode -m " + (dir.path() / "model").string() +
-                            " -t 1 -p 8 -n 2 --depths 0,4 -r 2 --json " + json + " 2>&1",
-                        out),
-      0)
+  ASSERT_EQ(test::run_command(tiny_bench_decode(dir) + " -t 1 -p 8 -n 2 --depths 0,4 -r 2 --json " +
+                                  json + " 2>&1",
+                              out),
+            0)
       << out;
   const auto doc = test::read_json(json);
   EXPECT_EQ(doc["machine_limits"]["measured"], "just before and after each timed repetition");
@@ -172,14 +176,10 @@ TEST(RkvCli, VersionAndBenchJsonNameTheCommitItWasBuiltFrom) {
         << commit << " is not a commit of " << source << ": " << git_out;
   }
   const test::TempDir dir("bench-decode-commit");
-  RandomCheckpointOptions options;
-  options.shape = "tiny";
-  write_random_checkpoint(dir.path() / "model", options);
   const std::string json = (dir.path() / "r.json").string();
   ASSERT_EQ(
-      test::run_command(test::rkv_binary() + " bench-decode -m " + (dir.path() / "model").string() +
-                            " -t 1 --no-limits -p 8 -n 0 --json " + json + " 2>&1",
-                        out),
+      test::run_command(
+          tiny_bench_decode(dir) + " -t 1 --no-limits -p 8 -n 0 --json " + json + " 2>&1", out),
       0)
       << out;
   EXPECT_EQ(test::read_json(json)["build_commit"], commit);
@@ -195,11 +195,7 @@ TEST(RkvCli, VersionAndBenchJsonNameTheCommitItWasBuiltFrom) {
 //    the 4 decoded tokens: 36, as after prefill (one compression of each layer, 96 -> 32).
 TEST(BenchDecodeCli, StreamFillCompressesWhereDecodingWould) {
   const test::TempDir dir("bench-decode-fill");
-  RandomCheckpointOptions options;
-  options.shape = "tiny";
-  write_random_checkpoint(dir.path() / "model", options);
-  const std::string base = test::rkv_binary() + " bench-decode -m " +
-                           (dir.path() / "model").string() +
+  const std::string base = tiny_bench_decode(dir) +
                            " -t 1 --no-limits -p 0 -n 4 --kv-method rkv --kv-budget 32 "
                            "--kv-buffer 16 ";
   const std::string json = (dir.path() / "r.json").string();
@@ -228,18 +224,14 @@ TEST(BenchDecodeCli, StreamFillCompressesWhereDecodingWould) {
 // once a step, and the entries each step reads (those held before it plus its own, every layer).
 TEST(BenchDecodeCli, InterleavedDepthsShareOneLimitAndDecodeAsAlone) {
   const test::TempDir dir("bench-decode-interleave");
-  RandomCheckpointOptions options;
-  options.shape = "tiny";
-  write_random_checkpoint(dir.path() / "model", options);
   const std::string json = (dir.path() / "r.json").string();
   std::string out;
-  ASSERT_EQ(
-      test::run_command(test::rkv_binary() + " bench-decode -m " + (dir.path() / "model").string() +
-                            " -t 1 -p 0 -n 4 --depths 8,100 --kv-method rkv --kv-budget 32 "
-                            "--kv-buffer 16 --kv-dtype f32 --interleave --json " +
-                            json + " 2>&1",
-                        out),
-      0)
+  ASSERT_EQ(test::run_command(tiny_bench_decode(dir) +
+                                  " -t 1 -p 0 -n 4 --depths 8,100 --kv-method rkv --kv-budget 32 "
+                                  "--kv-buffer 16 --kv-dtype f32 --interleave --json " +
+                                  json + " 2>&1",
+                              out),
+            0)
       << out;
   const auto doc = test::read_json(json);
   EXPECT_EQ(doc["interleaved"], true);
