@@ -332,9 +332,8 @@ void decoded_rows(const quant::ActivationBlocks& x, std::size_t T, const WeightV
   }
 }
 
-// Q8_0 / Q4_0 / Q5_0 / MXFP4 decode (one activation row): rows [n0, n1) of w as two sequential
-// streams, row i of the first half beside row i of the second (two independent sums; each stream
-// reads adjacent rows, for the hardware prefetcher), then the odd row left, with the activation
+// Q8_0 / Q4_0 / Q5_0 / MXFP4 decode (one activation row): rows [n0, n1) of w in decode_halves'
+// order (quant_rows.h: two sequential streams, two rows' independent sums), with the activation
 // side of every block pair (its XPair: the bytes, offset sums and scales, which tile<D, 1, 1>
 // recomputes for each weight row) laid out once per call, and tile's own accumulate: the same
 // bits.
@@ -369,9 +368,10 @@ void decode_rows(const quant::ActivationBlocks& x, const WeightView& w, std::siz
     y[n] = hsum(acc[0][0]);
     if constexpr (kRows == 2) y[n + apart] = hsum(acc[1][0]);
   };
-  const std::size_t half = (n1 - n0) / 2;
-  for (std::size_t i = 0; i < half; ++i) rows(std::integral_constant<int, 2>{}, n0 + i, half);
-  if (n0 + 2 * half < n1) rows(std::integral_constant<int, 1>{}, n1 - 1, 0);
+  decode_halves(
+      n0, n1,
+      [&](std::size_t n, std::size_t apart) { rows(std::integral_constant<int, 2>{}, n, apart); },
+      [&](std::size_t n) { rows(std::integral_constant<int, 1>{}, n, 0); });
 }
 
 // Q4_K on the tiles: its sub-blocks in the order kQ4kTileOrder, two at a time. Sub-block 2p is
@@ -540,10 +540,8 @@ struct Tile {
       tile<D, R, TT>(w, rb, x, K, t0, y, ldy);
   }
 
-  // Decode of Q4_K / Q6_K: the rows [n0, n1) as two sequential streams, the first half and the
-  // second, one row of each at a time (quant_rows.h): two rows' independent sums where one row's
-  // instructions alone leave the core idle, and still two runs of adjacent rows for the hardware
-  // prefetcher (two adjacent rows at a time ran slower from memory: each stream skipped a row).
+  // Decode of Q4_K / Q6_K: two rows at a time in decode_halves' order (quant_rows.h), rows n and
+  // n + apart (two adjacent rows at a time ran slower from memory: each stream skipped a row).
   static constexpr bool kDecodeHalves = D == DType::Q4_K || D == DType::Q6_K;
   static void decode_pair(const std::uint8_t* w, std::size_t rb, std::size_t apart,
                           const quant::ActivationBlocks& x, std::size_t K, float* y) {

@@ -21,6 +21,17 @@ namespace {
 constexpr std::size_t kQuantTChunk = 64;  // rows of x per pass over the weights (prefill)
 constexpr int kQuantTileRows = 4;         // weight rows per tile (R)
 
+// Decode's order of weight rows [n0, n1): two sequential streams, row i of the first half beside
+// row i of the second (pair(n, apart) takes rows n and n + apart), then the odd row left
+// (one(n)). Each stream reads adjacent rows, for the hardware prefetcher, and the two rows' sums
+// are independent.
+template <class Pair, class One>
+void decode_halves(std::size_t n0, std::size_t n1, const Pair& pair, const One& one) {
+  const std::size_t half = (n1 - n0) / 2;
+  for (std::size_t i = 0; i < half; ++i) pair(n0 + i, half);
+  if (n0 + 2 * half < n1) one(n1 - 1);
+}
+
 // Activation rows [t0, tn) in tiles of 4, then the 1-3 left; first, where the ISA's Tile has
 // run_eights for the type, as many groups of 8 as there are through it.
 template <template <DType> class Tile, DType D, int R>
@@ -57,17 +68,18 @@ void quant_rows_of(const quant::ActivationBlocks& x, std::size_t T, const Weight
   const auto* base = static_cast<const std::uint8_t*>(w.data);
   constexpr int kR = kQuantTileRows;
   if (Tile<D>::kDecodeRowByRow && T == 1) {
-    std::size_t n = n0;
-    if constexpr (requires { Tile<D>::kDecodeHalves; }) {
-      if constexpr (Tile<D>::kDecodeHalves) {
-        // Row i of the first half with row i of the second, then the odd row left.
-        const std::size_t half = (n1 - n0) / 2;
-        for (std::size_t i = 0; i < half; ++i)
-          Tile<D>::decode_pair(base + (n0 + i) * rb, rb, half, x, K, y + n0 + i);
-        n = n0 + 2 * half;
-      }
-    }
-    for (; n < n1; ++n) quant_tile_rows<Tile, D, 1>(base + n * rb, rb, x, K, 0, 1, y + n, ldy);
+    const auto one = [&](std::size_t n) {
+      quant_tile_rows<Tile, D, 1>(base + n * rb, rb, x, K, 0, 1, y + n, ldy);
+    };
+    if constexpr (requires { requires Tile<D>::kDecodeHalves; })
+      decode_halves(
+          n0, n1,
+          [&](std::size_t n, std::size_t apart) {
+            Tile<D>::decode_pair(base + n * rb, rb, apart, x, K, y + n);
+          },
+          one);
+    else
+      for (std::size_t n = n0; n < n1; ++n) one(n);
     return;
   }
   for (std::size_t tc = 0; tc < T; tc += kQuantTChunk) {
