@@ -4,7 +4,10 @@ compression, writing a trace (`--trace`) and its logits (`--logits-out`); the tr
 masked forward pass (tools/tiny/train.py's Model with tools/tiny/masks.py's masks, PyTorch,
 float32) rebuilds every generated position's logits from the token ids and the trace alone, and
 they must match rkv's. Also replays a full-cache sample under compression (`--replay-ids`) and
-checks that: rkv's replayed logits match the masked pass on the replay's trace.
+checks that: rkv's replayed logits match the masked pass on the replay's trace. For gkv, the
+retention loss's torch copy of gkv's score (tools/tiny/retention.py), computed from the same pass's
+queries and keys, must rank every candidate rkv kept at each recorded compression in its top
+budget - window.
 
 A control shows the masks matter: the same positions with plain causal attention must be far
 off once the first compression has evicted anything.
@@ -30,6 +33,7 @@ except ImportError as e:
              "(scripts/setup.sh does)")
 import masks  # noqa: E402
 from post_train import run  # noqa: E402
+import retention  # noqa: E402
 import train  # noqa: E402
 
 # float32 on both sides, different summation orders: rkv's logits of an exported checkpoint match
@@ -39,7 +43,7 @@ TOLERANCE = 1e-5
 CONTROL_MIN = 0.5
 
 
-def compare(model, trace_path, logits_path, what, control=True):
+def compare(model, trace_path, logits_path, what, control=True, gkv_budget=None):
     tr = masks.Trace(trace_path)
     got = np.load(logits_path)
     P = tr.prompt_tokens
@@ -48,8 +52,18 @@ def compare(model, trace_path, logits_path, what, control=True):
     t = P - 1 + n
     ids = torch.tensor([tr.ids[:t]])
     mask = masks.visibility(tr, t)
+    for blk in model.blocks:
+        blk.capture = gkv_budget is not None
     with torch.no_grad():
         ours = model(ids, [mask[l][None] for l in range(tr.layers)])[0, P - 1:t].numpy()
+        agreement = None
+        if gkv_budget is not None:
+            r = retention.sample_loss([blk.qk for blk in model.blocks], 0, mask, tr.events,
+                                      tr.ids[:t], retention.Settings(gkv_budget),
+                                      model.c.heads // model.c.kv_heads)
+            agreement = (r["agreed"], r["kept"])
+        for blk in model.blocks:
+            blk.capture, blk.qk = False, None
         causal = model(ids)[0, P - 1:t].numpy() if control else None
     diff = np.abs(ours - got[:n]).max(axis=1)
     scale = max(1.0, float(np.abs(got[:n]).max()))
@@ -68,6 +82,11 @@ def compare(model, trace_path, logits_path, what, control=True):
             if off < CONTROL_MIN:
                 ok = False
                 msg += f" (the control needs > {CONTROL_MIN}: the masks did not matter)"
+    if agreement is not None:
+        msg += (f"; gkv's score in torch keeps {agreement[0]} of rkv's {agreement[1]} kept "
+                "candidates")
+        if agreement[1] == 0 or agreement[0] != agreement[1]:
+            ok = False
     print(("ok   " if ok else "FAIL ") + msg, flush=True)
     return ok, tr
 
@@ -103,13 +122,15 @@ def main() -> None:
                 trace, logits = os.path.join(tmp, "t.jsonl"), os.path.join(tmp, "l.npy")
                 run(base + kv + ["--temp", "0", "--trace", trace, "--logits-out", logits],
                     "a compressed generation")
-                good, _ = compare(model, trace, logits, f"problem {i} {method} {budget}")
+                gkv = int(budget) if method == "gkv" else None
+                good, _ = compare(model, trace, logits, f"problem {i} {method} {budget}",
+                                  gkv_budget=gkv)
                 ok = ok and good
                 run(base + kv + ["--replay-ids", ",".join(map(str, full_ids)), "--trace", trace,
                                  "--logits-out", logits], "a replay")
                 good, tr = compare(model, trace, logits,
                                    f"problem {i} {method} {budget}, replay of a full-cache "
-                                   "sample")
+                                   "sample", gkv_budget=gkv)
                 if tr.ids[tr.prompt_tokens:] != full_ids[: len(tr.ids) - tr.prompt_tokens]:
                     good = False
                     print("FAIL the replay's trace does not hold the replayed ids", flush=True)

@@ -16,6 +16,7 @@ except ImportError as e:
 import argparse  # noqa: E402
 
 import post_train as pt  # noqa: E402
+import retention  # noqa: E402
 import train  # noqa: E402
 
 failures = []
@@ -74,7 +75,7 @@ for sign in (1.0, -1.0):
 # distill: a student equal to its teacher has zero KL and no gradient to follow
 teacher = train.Model(c)
 teacher.load_state_dict(model.state_dict())
-dargs = argparse.Namespace(micro_batch=8, tau=2.0, full_weight=1.0)
+dargs = argparse.Namespace(micro_batch=8, tau=2.0, full_weight=1.0, keep_weight=0.0)
 s = pt.Sample([5, 6, 7, 8, 9], 2, None)
 stats = pt.train_distill(dargs, model, teacher, torch.optim.SGD(model.parameters(), lr=0.0), [s])
 check(abs(stats["kl"]) < 1e-6 and abs(stats["kl_full"]) < 1e-6,
@@ -86,6 +87,50 @@ s = pt.Sample([5, 6, 7, 8, 9], 2, m)
 stats = pt.train_distill(dargs, model, teacher, torch.optim.SGD(model.parameters(), lr=0.0), [s])
 check(stats["kl"] > 1e-6 and abs(stats["kl_full"]) < 1e-6,
       f"masked student: KL {stats['kl']:.2e} > 0, anchor {stats['kl_full']:.2e} = 0")
+# The retention loss (retention.py). What each position holds is needed until its last use: a
+# statement token until it recurs, a binding until its variable's last read.
+tok = train.tokenizer
+ids = tok.encode("2:a\ne=a e+a\nans=e ans+a\ne=a e+a a2 a2,2+2=4:e\nans=e ans+a e4 a2")
+text = [tok.decode([i]) for i in ids]
+use = retention.last_use(ids)
+pos = {w: [j for j, x in enumerate(text) if x == w] for w in set(text)}
+check(use[pos["2:a"][0]] == pos[" a"][-1], f"binding 2:a used until the last read of a: {use[0]}")
+check(use[pos["e=a"][0]] == pos["e=a"][1] and use[pos["e=a"][1]] == -1,
+      "a statement token is needed until its copy, the copy itself not after")
+check(use[pos["4:e"][0]] == pos[" e"][-1] and use[pos["ans=e"][0]] == pos["ans=e"][1],
+      "the chain's binding 4:e until e's last read; the question's line until it is copied")
+check(all(use[j] == -1 for w in (" a", "\n", ",", "2") for j in pos[w]),
+      "reads, digits and marks hold nothing the chain reads later")
+
+# One compression of a one-layer model (budget 24: 8 candidates kept of 24, window 16): the
+# needed candidates are those used at or after the step, and a gradient step on the loss lowers
+# it.
+torch.manual_seed(1)
+rc = train.Config(argparse.Namespace(hidden=32, layers=1, heads=2, kv_heads=1, ffn=64))
+rmodel = train.Model(rc)
+seq = [int(x) for x in torch.randint(11, 40, (60,))]  # digits and marks: nothing is needed
+seq[2], seq[5], seq[50] = tok.encode("e=a")[0], tok.encode("f=b")[0], tok.encode("e=a")[0]
+rmask = torch.ones(1, 1, 59, 59, dtype=torch.bool).tril()  # [layers, kv heads, t, t]
+event = {"layer": 0, "head": 0, "step": 40, "first_reader": 39, "kept_positions": list(range(8))
+         + list(range(24, 40))}
+rmask[0, 0, 39:, 8:24] = False  # what the compression left positions 39 on
+ropt = torch.optim.SGD(rmodel.parameters(), lr=0.05)
+losses = []
+for _ in range(2):
+    for blk in rmodel.blocks:
+        blk.capture = True
+    rmodel(torch.tensor([seq[:59]]), [rmask])
+    r = retention.sample_loss([blk.qk for blk in rmodel.blocks], 0, rmask, [event], seq,
+                              retention.Settings(24), 2)
+    ropt.zero_grad()
+    r["loss"].backward()
+    ropt.step()
+    losses.append(float(r["loss"]))
+check(r["needed"] == 1 and r["kept"] == 8,
+      f"one needed candidate (e=a, read again at 50; f=b is never), 8 kept: {r['needed']}, "
+      f"{r['kept']}")
+check(losses[1] < losses[0], f"a gradient step lowers the retention loss: {losses}")
+
 # The learning-rate schedule: constant, or --lr until update K then linear towards zero at N.
 const = argparse.Namespace(lr=3e-5, lr_decay_after=None, iterations=14)
 check(all(pt.learning_rate(const, i) == 3e-5 for i in range(1, 15)), "constant learning rate")

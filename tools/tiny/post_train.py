@@ -50,6 +50,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import masks  # noqa: E402
+import retention  # noqa: E402
 import task  # noqa: E402
 import tokenizer  # noqa: E402
 import train  # noqa: E402
@@ -58,13 +59,14 @@ RECIPES = ("rl-sparse", "rl-full", "distill", "distill-on-policy")
 DISTILL = ("distill", "distill-on-policy")  # the recipes trained by KL to the full-cache model
 VALIDATION_SEED = 11  # validation problems: task.py's draws with this seed, minus held-out ones
 LOG_FIELDS = ["iteration", "rollout_tokens", "trained_tokens", "reward", "truncated",
-              "groups_with_signal", "loss", "kl", "kl_full", "grad_norm", "lr", "rollout_s", "train_s",
-              "seconds", "val_method", "val_full"]
+              "groups_with_signal", "loss", "kl", "kl_full", "keep", "keep_miss", "keep_agree",
+              "grad_norm", "lr", "rollout_s", "train_s", "seconds", "val_method", "val_full"]
 # Settings that must not change when a run resumes (the rest may: more iterations, a larger
 # token budget, the eval cadence, threads).
 FIXED = ("base", "family", "recipe", "method", "budget", "buffer", "problems", "group", "lr",
          "temperature", "tau", "clip", "updates", "seed", "max_new_tokens", "weight_decay",
-         "full_weight", "lr_decay_after")
+         "full_weight", "lr_decay_after", "keep_weight", "keep_tau", "keep_margin",
+         "keep_need", "keep_theta")
 
 
 def learning_rate(args, update: int) -> float:
@@ -114,10 +116,11 @@ def draw_problems(args, iteration: int, excluded: set) -> list:
 
 class Sample:
     """One rollout: ids (prompt, generated, and the end-of-sequence id when it ended there),
-    the prompt's length, the per-layer masks (None: causal) and its reward."""
+    the prompt's length, the per-layer masks (None: causal), the trace's compressions and its
+    reward."""
 
-    def __init__(self, ids, prompt, mask, reward=0.0, truncated=False, group=0):
-        self.ids, self.prompt, self.mask = ids, prompt, mask
+    def __init__(self, ids, prompt, mask, reward=0.0, truncated=False, group=0, events=()):
+        self.ids, self.prompt, self.mask, self.events = ids, prompt, mask, list(events)
         self.reward, self.truncated, self.group = reward, truncated, group
         self.advantage = 0.0
 
@@ -129,7 +132,7 @@ def sample_from_trace(trace_path: str, stop_reason: str, with_mask: bool):
         ids.append(tokenizer.EOS_ID)
     # queries run over every position but the last (it only is a target)
     mask = masks.visibility(tr, len(ids) - 1) if with_mask and tr.events else None
-    return ids, tr.prompt_tokens, mask
+    return ids, tr.prompt_tokens, mask, (tr.events if mask is not None else [])
 
 
 def eval_cmd(args, model_dir, dataset, out, method, budget, samples, temperature, seed,
@@ -162,10 +165,10 @@ def rollouts_rl(args, iteration: int, work: str, problems: list) -> list:
                  trace_dir=os.path.join(work, "traces")), "the rollouts")
     samples = []
     for rec in read_records(out):
-        ids, prompt, mask = sample_from_trace(os.path.join(work, "traces", rec["trace"]),
-                                              rec["stop_reason"], method != "fullkv")
+        ids, prompt, mask, events = sample_from_trace(
+            os.path.join(work, "traces", rec["trace"]), rec["stop_reason"], method != "fullkv")
         samples.append(Sample(ids, prompt, mask, float(rec["correct"]),
-                              rec["stop_reason"] == "length", rec["example_index"]))
+                              rec["stop_reason"] == "length", rec["example_index"], events))
     return samples
 
 
@@ -196,13 +199,13 @@ def rollouts_distill(args, iteration: int, work: str, problems: list) -> list:
     samples = []
     for rec in teacher:
         r = by_key[(rec["example_id"], rec["sample"])]
-        ids, prompt, mask = sample_from_trace(os.path.join(work, "replay-traces", r["trace"]),
-                                              r["stop_reason"], True)
+        ids, prompt, mask, events = sample_from_trace(
+            os.path.join(work, "replay-traces", r["trace"]), r["stop_reason"], True)
         if r["output"] != rec["output"]:
             sys.exit(f"post_train: the replay of {rec['example_id']} sample {rec['sample']} "
                      "wrote another output than the teacher's")
         samples.append(Sample(ids, prompt, mask, float(rec["correct"]),
-                              rec["stop_reason"] == "length", rec["example_index"]))
+                              rec["stop_reason"] == "length", rec["example_index"], events))
     return samples
 
 
@@ -317,12 +320,23 @@ def train_distill(args, model, teacher, opt, samples: list) -> dict:
     for i in range(0, len(samples), args.micro_batch):
         chunk = samples[i:i + args.micro_batch]
         ids, targets, mask = batch_tensors(chunk, c.layers, c.kv_heads)
+        keeping = args.keep_weight > 0
+        for blk in teacher.blocks:
+            blk.capture = keeping and args.keep_need == "attention"
         with torch.no_grad():
             p_full = torch.log_softmax(teacher(ids) / tau, dim=-1)
+        teacher_qk = [blk.qk for blk in teacher.blocks] if keeping else None
+        for blk in teacher.blocks:
+            blk.capture, blk.qk = False, None
         on = (targets != -100).float()
+        for blk in model.blocks:
+            blk.capture = keeping
         kl = kl_to(p_full, model(ids, mask), tau)  # KL(p_full || q_masked) per position
         loss = tau * tau * (kl * on).sum() / n_tokens
         total += float(loss)
+        if keeping:
+            loss = loss + args.keep_weight * keep_loss(args, model, chunk, len(samples), stats,
+                                                       teacher_qk)
         if args.full_weight > 0:
             # the anchor: the model with a full cache kept at the teacher's distribution
             anchor = kl_to(p_full, model(ids), tau)
@@ -335,6 +349,34 @@ def train_distill(args, model, teacher, opt, samples: list) -> dict:
     opt.step()
     stats["kl"] = total / (tau * tau)
     return stats
+
+
+def keep_loss(args, model, chunk: list, n_samples: int, stats: dict, teacher_qk=None):
+    """The retention loss (retention.py) of a chunk's masked pass, weighted by the chunk's share
+    of the batch; its mean, misses and agreement accumulate in stats. With --keep-need attention
+    an entry is needed where the teacher's full-cache pass (teacher_qk) attends to it later."""
+    qk = [blk.qk for blk in model.blocks]
+    for blk in model.blocks:
+        blk.capture, blk.qk = False, None
+    st = retention.Settings(args.budget, tau=args.keep_tau, margin=args.keep_margin)
+    group = model.c.heads // model.c.kv_heads
+    total, terms = 0.0, 0
+    for b, s in enumerate(chunk):
+        if s.mask is None:
+            continue
+        future = None
+        if args.keep_need == "attention":
+            with torch.no_grad():
+                future = retention.future_attention(teacher_qk, b, group, len(s.ids) - 1)
+        r = retention.sample_loss(qk, b, s.mask, s.events, s.ids, st, group, future,
+                                  args.keep_theta)
+        total = total + r["loss"]
+        terms += r["terms"]
+        for k in ("needed", "missed", "kept", "agreed"):
+            stats["keep_" + k] = stats.get("keep_" + k, 0) + r[k]
+    loss = total / max(terms, 1) * (len(chunk) / n_samples)
+    stats["keep"] = stats.get("keep", 0.0) + float(loss)
+    return loss
 
 
 def validate(args, work: str) -> tuple:
@@ -392,6 +434,23 @@ def main() -> None:
                     help="distill: weight of a second KL term, the full-cache model's own (causal "
                          "attention) to the teacher, that keeps its full-cache accuracy; 0 is the "
                          "paper's recipe (default 0)")
+    ap.add_argument("--keep-weight", type=float, default=0.0,
+                    help="distill: weight of the retention loss (retention.py): the method's "
+                         "score, recomputed from the model's attention at every recorded "
+                         "compression, pushed above the eviction line for the entries the chain "
+                         "reads later; gkv only; 0 is off (default 0)")
+    ap.add_argument("--keep-need", choices=("tokens", "attention"), default="tokens",
+                    help="retention loss: what the chain needs later: `tokens`, the statement "
+                         "and binding tokens it reads again (task.py's chains), or `attention`, "
+                         "what the frozen full-cache model attends to from then on, per (layer, KV "
+                         "head), above --keep-theta (default tokens)")
+    ap.add_argument("--keep-theta", type=float, default=0.3,
+                    help="retention loss with --keep-need attention: the attention probability "
+                         "that makes an entry needed (default 0.3)")
+    ap.add_argument("--keep-tau", type=float, default=0.05,
+                    help="retention loss: softplus temperature, in score units (default 0.05)")
+    ap.add_argument("--keep-margin", type=float, default=0.05,
+                    help="retention loss: margin above the eviction line (default 0.05)")
     ap.add_argument("--clip", type=float, default=0.2, help="GRPO's ratio clip (default 0.2)")
     ap.add_argument("--updates", type=int, default=1,
                     help="optimizer steps per batch of rollouts (default 1: on-policy)")
@@ -410,6 +469,9 @@ def main() -> None:
     args.base = os.path.normpath(args.base)
     if args.lr_decay_after is not None and not 0 <= args.lr_decay_after < args.iterations:
         ap.error("--lr-decay-after must be at least 0 and below --iterations")
+    if args.keep_weight > 0 and (args.recipe not in DISTILL or args.method != "gkv"):
+        ap.error("--keep-weight needs a distill recipe and --method gkv (the loss recomputes "
+                 "gkv's score)")
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -420,7 +482,10 @@ def main() -> None:
     if os.path.exists(record_path):
         with open(record_path) as f:
             before = json.load(f)
-        before["settings"].setdefault("full_weight", 0.0)  # runs from before the option
+        before["settings"].setdefault("full_weight", 0.0)  # runs from before the options
+        for k, v in (("keep_weight", 0.0), ("keep_tau", 0.05), ("keep_margin", 0.05),
+                     ("keep_need", "tokens"), ("keep_theta", 0.3)):
+            before["settings"].setdefault(k, v)
         fixed = FIXED + (("iterations",) if args.lr_decay_after is not None else ())
         changed = [k for k in fixed if before["settings"].get(k) != getattr(args, k)]
         if changed:
@@ -504,6 +569,10 @@ def main() -> None:
             row["kl"] = f"{stats['kl']:.5f}"
             if "kl_full" in stats:
                 row["kl_full"] = f"{stats['kl_full']:.5f}"
+            if "keep" in stats:
+                row["keep"] = f"{stats['keep']:.5f}"
+                row["keep_miss"] = f"{stats['keep_missed'] / max(stats['keep_needed'], 1):.4f}"
+                row["keep_agree"] = f"{stats['keep_agreed'] / max(stats['keep_kept'], 1):.4f}"
         else:
             row["groups_with_signal"] = grpo_advantages(samples)
             stats = train_rl(args, model, opt, samples)

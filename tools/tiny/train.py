@@ -91,6 +91,9 @@ class Block(torch.nn.Module):
         self.gate_proj = lin(c.hidden, c.ffn)
         self.up_proj = lin(c.hidden, c.ffn)
         self.down_proj = lin(c.ffn, c.hidden)
+        # post_train.py's retention loss reads the attention's queries and keys (after RoPE, one
+        # key per KV head): set `capture` to True and each forward leaves them in `qk`
+        self.capture, self.qk = False, None
 
     def forward(self, x, cos, sin, mask):
         c = self.c
@@ -101,6 +104,8 @@ class Block(torch.nn.Module):
         v = self.v_proj(h).view(b, t, c.kv_heads, c.head_dim).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
+        if self.capture:
+            self.qk = (q, k)
         group = c.heads // c.kv_heads
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
