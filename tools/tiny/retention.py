@@ -181,9 +181,25 @@ def sample_loss(qk: list, b: int, mask: torch.Tensor, events: list, ids: list, s
     return out
 
 
+def evicted_share(qk: list, mask: torch.Tensor, group: int) -> torch.Tensor:
+    """[pairs, t]: the share of a full-cache pass's attention (the max over each pair's query
+    heads) that falls on entries the mask has evicted, per (layer, KV head) and position."""
+    out = []
+    for layer, (q, k) in enumerate(qk):
+        t, d, kv = q.shape[2], q.shape[3], k.shape[1]
+        logits = q[0].reshape(kv, group, t, d) @ k[0][:, None].transpose(-1, -2) / math.sqrt(d)
+        causal = torch.ones(t, t, dtype=torch.bool).triu(1)
+        a = torch.softmax(logits.masked_fill(causal, float("-inf")), dim=-1)
+        out.append((a * (~mask[layer, :, :t, :t])[:, None].float()).sum(-1).amax(dim=1))
+    return torch.cat(out)
+
+
 def main() -> None:
-    """Prints, for traces of one model's gkv run, how many needed entries rkv evicted and how
-    well the torch score reproduces rkv's choice."""
+    """For an `rkv eval --methods gkv --trace-dir` run: how many entries the full-cache teacher
+    attends to later (above --theta) gkv evicted, per (layer, KV head) and for right and wrong
+    samples; how well the torch score reproduces rkv's choice; and, for each wrong sample, where
+    it first departs from the teacher's greedy choice and how much of the teacher's attention
+    there, per (layer, KV head), falls on evicted entries."""
     import argparse
     import json
     import os
@@ -191,21 +207,24 @@ def main() -> None:
     import masks
     import train
 
-    ap = argparse.ArgumentParser(description="retention statistics of gkv traces")
+    ap = argparse.ArgumentParser(description=main.__doc__.split(";")[0])
     ap.add_argument("model", help="the model the traces were generated with")
     ap.add_argument("run", help="an `rkv eval --methods gkv --trace-dir TRACES` output directory")
     ap.add_argument("traces", help="its trace directory")
-    ap.add_argument("--budget", type=int, required=True)
+    ap.add_argument("--budget", type=int, required=True, help="the run's gkv budget")
+    ap.add_argument("--teacher", default="models/rkv-tiny-reasoner",
+                    help="the full-cache model (default models/rkv-tiny-reasoner)")
+    ap.add_argument("--theta", type=float, default=0.3,
+                    help="attention that makes an entry needed (default 0.3)")
     ap.add_argument("--limit", type=int, default=0, help="samples to read (default all)")
     args = ap.parse_args()
-    model = train.from_exported(args.model)
-    model.eval()
-    for blk in model.blocks:
-        blk.capture = True
+    model, teacher = train.from_exported(args.model), train.from_exported(args.teacher)
     st = Settings(args.budget)
     group = model.c.heads // model.c.kv_heads
-    tot = {"needed": 0, "missed": 0, "kept": 0, "agreed": 0}
-    by_outcome = {True: [0, 0], False: [0, 0]}
+    pairs = model.c.layers * model.c.kv_heads
+    tot = {"kept": 0, "agreed": 0}
+    need = {(p, ok): [0, 0] for p in range(pairs) for ok in (True, False)}
+    departures, everywhere = [], []
     with open(os.path.join(args.run, "samples.jsonl")) as f:
         recs = [json.loads(line) for line in f if line.strip()]
     recs = [r for r in recs if r["method"] == "gkv"][: args.limit or None]
@@ -214,18 +233,47 @@ def main() -> None:
         if not tr.events:
             continue
         m = masks.visibility(tr)
+        ids = torch.tensor([tr.ids])
         with torch.no_grad():
-            model(torch.tensor([tr.ids]), [m[i][None] for i in range(tr.layers)])
-            o = sample_loss([blk.qk for blk in model.blocks], 0, m, tr.events, tr.ids, st, group)
-        for k in tot:
-            tot[k] += o[k]
-        by_outcome[bool(r["correct"])][0] += o["missed"]
-        by_outcome[bool(r["correct"])][1] += o["needed"]
-    print(f"{len(recs)} samples: needed candidates {tot['needed']}, evicted by rkv "
-          f"{tot['missed']} ({tot['missed'] / max(tot['needed'], 1):.3f}); torch's top-k agrees "
-          f"with rkv's kept set on {tot['agreed'] / max(tot['kept'], 1):.4f}")
-    for ok, (mi, ne) in by_outcome.items():
-        print(f"  {'right' if ok else 'wrong'} samples: {mi} of {ne} needed evicted")
+            for blk in teacher.blocks:
+                blk.capture = True
+            greedy = teacher(ids)[0].argmax(-1)
+            tqk = [blk.qk for blk in teacher.blocks]
+            future = future_attention(tqk, 0, group)
+            for blk in model.blocks:
+                blk.capture = True
+            model(ids, [m[i][None] for i in range(tr.layers)])
+            qk = [blk.qk for blk in model.blocks]
+            for p in range(pairs):
+                evs = [e for e in tr.events if e["layer"] * model.c.kv_heads + e["head"] == p]
+                o = sample_loss(qk, 0, m, evs, tr.ids, st, group, future, args.theta)
+                tot["kept"] += o["kept"]
+                tot["agreed"] += o["agreed"]
+                need[(p, bool(r["correct"]))][0] += o["missed"]
+                need[(p, bool(r["correct"]))][1] += o["needed"]
+            share = evicted_share(tqk, m, group)
+            everywhere.append(share[:, tr.prompt_tokens - 1:])
+            if not r["correct"]:
+                first = [j for j in range(tr.prompt_tokens - 1, len(tr.ids) - 1)
+                         if greedy[j] != tr.ids[j + 1]]
+                if first:
+                    departures.append(share[:, first[0]])
+    print(f"{len(recs)} samples; torch's top-k agrees with rkv's kept set on "
+          f"{tot['agreed'] / max(tot['kept'], 1):.4f}")
+    print(f"needed entries (teacher attention above {args.theta} later) that gkv evicted:")
+    for p in range(pairs):
+        (rm, rn), (wm, wn) = need[(p, True)], need[(p, False)]
+        print(f"  layer {p // model.c.kv_heads} KV head {p % model.c.kv_heads}: right samples "
+              f"{rm} of {rn}, wrong samples {wm} of {wn}")
+    if departures:
+        d, e = torch.stack(departures), torch.cat(everywhere, dim=1)
+        print(f"share of the teacher's attention on evicted entries above 0.9, per (layer, KV "
+              f"head): at the first departure of the {len(departures)} wrong samples from the "
+              f"teacher's greedy token, and at all {e.shape[1]} generated positions:")
+        for p in range(pairs):
+            print(f"  layer {p // model.c.kv_heads} KV head {p % model.c.kv_heads}: "
+                  f"{int((d[:, p] > 0.9).sum())} of {d.shape[0]}, "
+                  f"{float((e[p] > 0.9).float().mean()):.3f} of all positions")
 
 
 if __name__ == "__main__":
