@@ -61,7 +61,10 @@ def main() -> None:
     with open(os.path.join(run_dir, "run.json")) as f:
         record = json.load(f)
     s = record["settings"]
-    s.setdefault("full_weight", 0.0)  # runs from before the option
+    s.setdefault("full_weight", 0.0)  # runs from before the options
+    s.setdefault("keep_weight", 0.0)
+    keeping = s["keep_weight"] > 0
+    keep_keys = ("keep_weight", "keep_need", "keep_theta", "keep_tau", "keep_margin")
     family = s["family"]
     dataset, preset = HELD_OUT[family], family
     os.makedirs(dest, exist_ok=True)
@@ -105,7 +108,8 @@ def main() -> None:
             "validation_seed"]},
         "hyperparameters": {k: s[k] for k in (
             "problems", "group", "lr", "weight_decay", "temperature", "tau", "clip", "updates",
-            "max_new_tokens", "iterations", "token_budget", "micro_batch", "full_weight")},
+            "max_new_tokens", "iterations", "token_budget", "micro_batch", "full_weight")
+            + (keep_keys if keeping else ())},
         "iteration_shipped": int(last["iteration"]),
         "rollout_tokens": int(last["rollout_tokens"]),
         "validation_at_iteration_shipped": {"method": last["val_method"],
@@ -118,12 +122,17 @@ def main() -> None:
         "command": f"/usr/bin/python3 tools/tiny/post_train.py --out {run_dir} " + " ".join(
             f"--{k.replace('_', '-')} {s[k]}" for k in (
                 "base", "family", "recipe", "method", "budget", "buffer", "problems", "group",
-                "lr", "temperature", "tau", "full_weight", "iterations", "eval_every", "seed")),
+                "lr", "temperature", "tau", "full_weight") + (keep_keys if keeping else ()) + (
+                "iterations", "eval_every", "seed")),
     }
     with open(os.path.join(dest, "post_training.json"), "w") as f:
         json.dump(post, f, indent=1)
         f.write("\n")
-    write_card(dest, name, post, RECIPE_NAMES[record["recipe"]])
+    recipe = RECIPE_NAMES[record["recipe"]]
+    if keeping:
+        recipe += (", with the retention loss (tools/tiny/retention.py: gkv's score pushed above "
+                   "the eviction line for the entries the full-cache model reads later)")
+    write_card(dest, name, post, recipe)
     print(json.dumps(measured))
 
 
