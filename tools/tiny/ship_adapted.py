@@ -95,6 +95,9 @@ def main() -> None:
     if a.iteration >= 0:
         log = [r for r in log if int(r["iteration"]) <= a.iteration]
     last = log[-1]
+    # a run resumed with a larger --iterations records its first one: reproducing the weights
+    # shipped takes at least as many iterations as the one shipped
+    s["iterations"] = max(s["iterations"], int(last["iteration"]))
     post = {
         "base_model": s["base"],
         "base_model_sha256": record["base_model_sha256"],
@@ -130,8 +133,10 @@ def main() -> None:
         f.write("\n")
     recipe = RECIPE_NAMES[record["recipe"]]
     if keeping:
+        needed = {"attention": "the entries the full-cache model attends to later",
+                  "tokens": "the statement and binding tokens the chain reads again"}
         recipe += (", with the retention loss (tools/tiny/retention.py: gkv's score pushed above "
-                   "the eviction line for the entries the full-cache model reads later)")
+                   f"the eviction line for {needed[s.get('keep_need', 'tokens')]})")
     write_card(dest, name, post, recipe)
     print(json.dumps(measured))
 
