@@ -2,8 +2,8 @@
 """A retention loss for post_train.py (issue 38): teach the model's own attention to make gkv keep
 the cache entries its chain will read later.
 
-Every wrong chain of the first task at gkv 128 first goes wrong copying a prompt line or reading a
-value the cache no longer holds (docs/RESULTS.md, "Why every run stops near 0.55"). A KL to the
+Nearly every wrong chain of the first task at gkv 128 first goes wrong copying a prompt line the
+cache no longer holds (docs/RESULTS.md, "Why every run stops near 0.55"). A KL to the
 full-cache model cannot teach that: an evicted entry is hidden from the masked pass and from its
 gradient. But gkv's choice is itself a function of the model: its score is the attention of the
 last `window` queries (section 2's G-KV variant) smoothed into a global score, minus the keys'
@@ -15,10 +15,12 @@ scores below the eviction line:
            tau * softplus((c + margin - s_i) / tau)
 
 where s_i is entry i's gkv score and c (no gradient) lies halfway between the last kept and the
-first evicted candidate's score. An entry is *needed* at a compression at step s when it is a
-statement token (`e=a`, ` e+a`) whose token recurs at or after s (the chain copies it there), or a
-value binding (`3:e`) whose variable is read (` e`) at or after s (task.py's chains). The
-recomputed selection is checked against rkv's recorded one: `agreement` is the share of rkv's
+first evicted candidate's score. An entry is *needed* at a compression at step s, in one
+(layer, KV head), when a full-cache pass attends to it there from s on with a probability above
+theta (future_attention; post_train.py --keep-need attention), or, by token kind (last_use), when
+it is a statement token (`e=a`, ` e+a`) whose token recurs at or after s (the chain copies it
+there) or a value binding (`3:e`) whose variable is read (` e`) at or after s (task.py's chains).
+The recomputed selection is checked against rkv's recorded one: `agreed` of `kept` counts rkv's
 kept candidates that the torch scores also rank in the top B - window.
 """
 import math
