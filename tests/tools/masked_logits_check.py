@@ -52,18 +52,15 @@ def compare(model, trace_path, logits_path, what, control=True, gkv_budget=None)
     t = P - 1 + n
     ids = torch.tensor([tr.ids[:t]])
     mask = masks.visibility(tr, t)
-    for blk in model.blocks:
-        blk.capture = gkv_budget is not None
     with torch.no_grad():
-        ours = model(ids, [mask[l][None] for l in range(tr.layers)])[0, P - 1:t].numpy()
+        logits, qk = model.forward_with_qk(ids, [mask[l][None] for l in range(tr.layers)])
+        ours = logits[0, P - 1:t].numpy()
         agreement = None
         if gkv_budget is not None:
-            r = retention.sample_loss([blk.qk for blk in model.blocks], 0, mask, tr.events,
-                                      tr.ids[:t], retention.Settings(gkv_budget),
+            r = retention.sample_loss(qk, 0, mask, tr.events, tr.ids[:t],
+                                      retention.Settings(gkv_budget),
                                       model.c.heads // model.c.kv_heads)
             agreement = (r["agreed"], r["kept"])
-        for blk in model.blocks:
-            blk.capture, blk.qk = False, None
         causal = model(ids)[0, P - 1:t].numpy() if control else None
     diff = np.abs(ours - got[:n]).max(axis=1)
     scale = max(1.0, float(np.abs(got[:n]).max()))

@@ -117,11 +117,8 @@ rmask[0, 0, 39:, 8:24] = False  # what the compression left positions 39 on
 ropt = torch.optim.SGD(rmodel.parameters(), lr=0.05)
 losses = []
 for _ in range(2):
-    for blk in rmodel.blocks:
-        blk.capture = True
-    rmodel(torch.tensor([seq[:59]]), [rmask])
-    r = retention.sample_loss([blk.qk for blk in rmodel.blocks], 0, rmask, [event], seq,
-                              retention.Settings(24), 2)
+    _, rqk = rmodel.forward_with_qk(torch.tensor([seq[:59]]), [rmask])
+    r = retention.sample_loss(rqk, 0, rmask, [event], seq, retention.Settings(24), 2)
     ropt.zero_grad()
     r["loss"].backward()
     ropt.step()

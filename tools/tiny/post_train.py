@@ -321,22 +321,24 @@ def train_distill(args, model, teacher, opt, samples: list) -> dict:
         chunk = samples[i:i + args.micro_batch]
         ids, targets, mask = batch_tensors(chunk, c.layers, c.kv_heads)
         keeping = args.keep_weight > 0
-        for blk in teacher.blocks:
-            blk.capture = keeping and args.keep_need == "attention"
+        teacher_qk = qk = None
         with torch.no_grad():
-            p_full = torch.log_softmax(teacher(ids) / tau, dim=-1)
-        teacher_qk = [blk.qk for blk in teacher.blocks] if keeping else None
-        for blk in teacher.blocks:
-            blk.capture, blk.qk = False, None
+            if keeping and args.keep_need == "attention":
+                t_logits, teacher_qk = teacher.forward_with_qk(ids)
+            else:
+                t_logits = teacher(ids)
+            p_full = torch.log_softmax(t_logits / tau, dim=-1)
         on = (targets != -100).float()
-        for blk in model.blocks:
-            blk.capture = keeping
-        kl = kl_to(p_full, model(ids, mask), tau)  # KL(p_full || q_masked) per position
+        if keeping:
+            logits, qk = model.forward_with_qk(ids, mask)
+        else:
+            logits = model(ids, mask)
+        kl = kl_to(p_full, logits, tau)  # KL(p_full || q_masked) per position
         loss = tau * tau * (kl * on).sum() / n_tokens
         total += float(loss)
         if keeping:
-            loss = loss + args.keep_weight * keep_loss(args, model, chunk, len(samples), stats,
-                                                       teacher_qk)
+            loss = loss + args.keep_weight * keep_loss(args, model, qk, chunk, len(samples),
+                                                       stats, teacher_qk)
         if args.full_weight > 0:
             # the anchor: the model with a full cache kept at the teacher's distribution
             anchor = kl_to(p_full, model(ids), tau)
@@ -351,13 +353,11 @@ def train_distill(args, model, teacher, opt, samples: list) -> dict:
     return stats
 
 
-def keep_loss(args, model, chunk: list, n_samples: int, stats: dict, teacher_qk=None):
-    """The retention loss (retention.py) of a chunk's masked pass, weighted by the chunk's share
-    of the batch; its mean, misses and agreement accumulate in stats. With --keep-need attention
-    an entry is needed where the teacher's full-cache pass (teacher_qk) attends to it later."""
-    qk = [blk.qk for blk in model.blocks]
-    for blk in model.blocks:
-        blk.capture, blk.qk = False, None
+def keep_loss(args, model, qk: list, chunk: list, n_samples: int, stats: dict, teacher_qk=None):
+    """The retention loss (retention.py) of a chunk's masked pass (its queries and keys, qk),
+    weighted by the chunk's share of the batch; its mean, misses and agreement accumulate in
+    stats. With --keep-need attention an entry is needed where the teacher's full-cache pass
+    (teacher_qk) attends to it later."""
     st = retention.Settings(args.budget, tau=args.keep_tau, margin=args.keep_margin)
     group = model.c.heads // model.c.kv_heads
     total, terms = 0.0, 0
@@ -367,11 +367,12 @@ def keep_loss(args, model, chunk: list, n_samples: int, stats: dict, teacher_qk=
         future = None
         if args.keep_need == "attention":
             with torch.no_grad():
-                future = retention.future_attention(teacher_qk, b, group, len(s.ids) - 1)
+                future = retention.future_attention(
+                    retention.causal_attention(teacher_qk, b, group, len(s.ids) - 1))
         r = retention.sample_loss(qk, b, s.mask, s.events, s.ids, st, group, future,
                                   args.keep_theta)
         total = total + r["loss"]
-        terms += r["terms"]
+        terms += r["needed"]
         for k in ("needed", "missed", "kept", "agreed"):
             stats["keep_" + k] = stats.get("keep_" + k, 0) + r[k]
     loss = total / max(terms, 1) * (len(chunk) / n_samples)

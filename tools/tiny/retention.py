@@ -75,11 +75,10 @@ def redundancy(keys: torch.Tensor, threshold: float) -> torch.Tensor:
     return torch.softmax(s.sum(1) / n, dim=1)
 
 
-def future_attention(qk: list, b: int, group: int, length: int = None) -> torch.Tensor:
-    """From a full-cache (causal) pass's queries and keys: [pairs, t, t] where [p, s, i] is the
-    most any position at or after s attends to position i in (layer, KV head) pair p (the max
-    over the pair's query heads), i.e. how much the chain from s on still reads i. length: the
-    sample's own positions in a padded batch (default all)."""
+def causal_attention(qk: list, b: int, group: int, length: int = None) -> torch.Tensor:
+    """A full-cache (causal) pass's attention probabilities of batch row b, from its queries
+    and keys: [pairs, group, t, t], pair p = layer * kv_heads + KV head. length: the sample's own
+    positions in a padded batch (default all)."""
     out = []
     for q, k in qk:
         t = q.shape[2] if length is None else length
@@ -87,9 +86,16 @@ def future_attention(qk: list, b: int, group: int, length: int = None) -> torch.
         logits = (q[b, :, :t].reshape(kv, group, t, d) @ k[b, :, :t][:, None].transpose(-1, -2)
                   / math.sqrt(d))
         causal = torch.ones(t, t, dtype=torch.bool).triu(1)
-        a = torch.softmax(logits.masked_fill(causal, float("-inf")), dim=-1).amax(dim=1)
-        out.append(a.flip(1).cummax(dim=1).values.flip(1))  # suffix max over query rows
+        out.append(torch.softmax(logits.masked_fill(causal, float("-inf")), dim=-1))
     return torch.cat(out)
+
+
+def future_attention(probs: torch.Tensor) -> torch.Tensor:
+    """[pairs, t, t] from causal_attention's probabilities: [p, s, i] is the most any position
+    at or after s attends to position i in pair p (the max over the pair's query heads), i.e. how
+    much the chain from s on still reads i."""
+    a = probs.amax(dim=1)
+    return a.flip(1).cummax(dim=1).values.flip(1)  # suffix max over query rows
 
 
 class Settings:
@@ -105,15 +111,18 @@ def sample_loss(qk: list, b: int, mask: torch.Tensor, events: list, ids: list, s
     k [B, kv_heads, t, d]) after RoPE; mask: the sample's [layers, kv, n, n] visibility; events:
     its trace's compressions; future: future_attention of a full-cache pass, when given a
     candidate is needed in a (layer, KV head) when the chain from the step on attends to it there
-    with a probability above theta (else by token kind, last_use). Returns the loss's sum and
-    count, the needed candidates evicted by rkv (missed) out of all needed candidates, and the
-    selection's agreement (agreed of kept).
+    with a probability above theta (else by token kind, last_use). Returns the loss (a sum over
+    the needed candidates), how many candidates were needed and how many of them rkv evicted
+    (missed), both also per pair (needed_by_pair, missed_by_pair), and the selection's agreement
+    (agreed of kept).
     Every (layer, KV head) compressing at a step holds the same number of entries, so one step's
     compressions are scored together."""
-    use = torch.tensor(last_use(ids))
+    use = torch.tensor(last_use(ids)) if future is None else None
     t = mask.shape[-1]
-    out = {"loss": 0.0, "terms": 0, "needed": 0, "missed": 0, "kept": 0, "agreed": 0}
     layers, kv = mask.shape[0], mask.shape[1]
+    out = {"loss": 0.0, "needed": 0, "missed": 0, "kept": 0, "agreed": 0,
+           "needed_by_pair": torch.zeros(layers * kv, dtype=torch.long),
+           "missed_by_pair": torch.zeros(layers * kv, dtype=torch.long)}
     d = qk[0][0].shape[-1]
     q_all = torch.stack([q[b] for q, _ in qk]).reshape(layers * kv, group, -1, d)
     k_all = torch.stack([k[b] for _, k in qk]).reshape(layers * kv, -1, d)
@@ -173,27 +182,24 @@ def sample_loss(qk: list, b: int, mask: torch.Tensor, events: list, ids: list, s
             gap = (c[:, None] + st.margin - score) / st.tau
             out["loss"] = out["loss"] + st.tau * (
                 torch.nn.functional.softplus(gap) * needed).sum()
-            out["terms"] += int(needed.sum())
-            out["needed"] += int(needed.sum())
-            out["missed"] += int((needed & ~kept_mask).sum())
+            out["needed_by_pair"].index_add_(0, pairs, needed.sum(1))
+            out["missed_by_pair"].index_add_(0, pairs, (needed & ~kept_mask).sum(1))
         new_state = torch.zeros(len(evs), t).scatter(1, cand, g * kept_mask)
         new_has = torch.zeros(len(evs), t, dtype=torch.bool).scatter(1, cand, kept_mask)
         state = state.index_copy(0, pairs, new_state)
         has = has.index_copy(0, pairs, new_has)
+    out["needed"] = int(out["needed_by_pair"].sum())
+    out["missed"] = int(out["missed_by_pair"].sum())
     return out
 
 
-def evicted_share(qk: list, mask: torch.Tensor, group: int) -> torch.Tensor:
-    """[pairs, t]: the share of a full-cache pass's attention (the max over each pair's query
-    heads) that falls on entries the mask has evicted, per (layer, KV head) and position."""
-    out = []
-    for layer, (q, k) in enumerate(qk):
-        t, d, kv = q.shape[2], q.shape[3], k.shape[1]
-        logits = q[0].reshape(kv, group, t, d) @ k[0][:, None].transpose(-1, -2) / math.sqrt(d)
-        causal = torch.ones(t, t, dtype=torch.bool).triu(1)
-        a = torch.softmax(logits.masked_fill(causal, float("-inf")), dim=-1)
-        out.append((a * (~mask[layer, :, :t, :t])[:, None].float()).sum(-1).amax(dim=1))
-    return torch.cat(out)
+def evicted_share(probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[pairs, t]: the share of a full-cache pass's attention (causal_attention's
+    probabilities; the max over each pair's query heads) that falls on entries the mask has
+    evicted, per (layer, KV head) and position."""
+    t = probs.shape[-1]
+    evicted = (~mask[:, :, :t, :t]).reshape(-1, 1, t, t).float()
+    return (probs * evicted).sum(-1).amax(dim=1)
 
 
 def main() -> None:
@@ -237,23 +243,18 @@ def main() -> None:
         m = masks.visibility(tr)
         ids = torch.tensor([tr.ids])
         with torch.no_grad():
-            for blk in teacher.blocks:
-                blk.capture = True
-            greedy = teacher(ids)[0].argmax(-1)
-            tqk = [blk.qk for blk in teacher.blocks]
-            future = future_attention(tqk, 0, group)
-            for blk in model.blocks:
-                blk.capture = True
-            model(ids, [m[i][None] for i in range(tr.layers)])
-            qk = [blk.qk for blk in model.blocks]
+            t_logits, tqk = teacher.forward_with_qk(ids)
+            greedy = t_logits[0].argmax(-1)
+            probs = causal_attention(tqk, 0, group)
+            qk = model.forward_with_qk(ids, [m[i][None] for i in range(tr.layers)])[1]
+            o = sample_loss(qk, 0, m, tr.events, tr.ids, st, group, future_attention(probs),
+                            args.theta)
+            tot["kept"] += o["kept"]
+            tot["agreed"] += o["agreed"]
             for p in range(pairs):
-                evs = [e for e in tr.events if e["layer"] * model.c.kv_heads + e["head"] == p]
-                o = sample_loss(qk, 0, m, evs, tr.ids, st, group, future, args.theta)
-                tot["kept"] += o["kept"]
-                tot["agreed"] += o["agreed"]
-                need[(p, bool(r["correct"]))][0] += o["missed"]
-                need[(p, bool(r["correct"]))][1] += o["needed"]
-            share = evicted_share(tqk, m, group)
+                need[(p, bool(r["correct"]))][0] += int(o["missed_by_pair"][p])
+                need[(p, bool(r["correct"]))][1] += int(o["needed_by_pair"][p])
+            share = evicted_share(probs, m)
             everywhere.append(share[:, tr.prompt_tokens - 1:])
             if not r["correct"]:
                 first = [j for j in range(tr.prompt_tokens - 1, len(tr.ids) - 1)

@@ -91,8 +91,8 @@ class Block(torch.nn.Module):
         self.gate_proj = lin(c.hidden, c.ffn)
         self.up_proj = lin(c.hidden, c.ffn)
         self.down_proj = lin(c.ffn, c.hidden)
-        # post_train.py's retention loss reads the attention's queries and keys (after RoPE, one
-        # key per KV head): set `capture` to True and each forward leaves them in `qk`
+        # Model.forward_with_qk sets `capture`; a forward then leaves the attention's queries and
+        # keys (after RoPE, one key per KV head) in `qk`
         self.capture, self.qk = False, None
 
     def forward(self, x, cos, sin, mask):
@@ -235,6 +235,18 @@ class Model(torch.nn.Module):
                 mask = mask.repeat_interleave(group, dim=1)
             x = blk(x, cos, sin, mask)
         return self.norm(x) @ table.T
+
+    def forward_with_qk(self, ids, masks=None):
+        """forward's logits, and per layer the attention's (q [batch, heads, t, d], k [batch,
+        kv_heads, t, d]) after RoPE (post_train.py's retention loss reads them)."""
+        for blk in self.blocks:
+            blk.capture = True
+        try:
+            logits = self(ids, masks)
+            return logits, [blk.qk for blk in self.blocks]
+        finally:
+            for blk in self.blocks:
+                blk.capture, blk.qk = False, None
 
     def hf_tensors(self) -> dict:
         out = {"model.embed_tokens.weight": self.embed_tokens.weight,
